@@ -1,0 +1,269 @@
+"""Choosing a device, validating an explicit request, synchronising, and reporting the environment.
+
+Run ``python -m helpers.devices`` for a report of what PyTorch can see on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Any
+
+import torch
+
+KNOWN_TYPES = ("cpu", "cuda", "mps", "xpu")
+"""Device types ``pick_device`` accepts by name, besides ``"auto"``."""
+
+ENV_DEVICE = "COURSE_DEVICE"
+
+
+class DeviceUnavailableError(RuntimeError):
+    """The requested device does not exist on this machine; the message says how to get it."""
+
+
+def _cuda_fix() -> str:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    hints = [
+        "Colab: Runtime > Change runtime type > Hardware accelerator: T4 GPU, then run the notebook again.",
+        "Kaggle: Settings > Accelerator > GPU T4 x2 (or GPU P100).",
+        'Local machine: install a CUDA build of PyTorch (https://pytorch.org/get-started/locally/) or use "cpu".',
+    ]
+    if visible is not None:
+        hints.insert(0, f"CUDA_VISIBLE_DEVICES is set to {visible!r}, which hides GPUs from this process.")
+    return "\n  ".join(hints)
+
+
+def _accelerator_available(kind: str) -> bool:
+    """Whether a non-CUDA backend ("mps", "xpu") is usable in this process."""
+    if kind == "mps":
+        backend = getattr(torch.backends, "mps", None)
+        return bool(backend is not None and backend.is_available())
+    if kind == "xpu":
+        xpu = getattr(torch, "xpu", None)
+        return bool(xpu is not None and xpu.is_available())
+    return False
+
+
+def available_types() -> list[str]:
+    """Device types usable here, best first; "cpu" is always last."""
+    found = []
+    if torch.cuda.is_available():
+        found.append("cuda")
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
+    if accelerator is not None and accelerator.is_available():
+        current = accelerator.current_accelerator()
+        # current_accelerator() names the backend torch was built for, which is not proof it works here.
+        if current is not None and current.type not in found and _accelerator_available(current.type):
+            found.append(current.type)
+    for kind in ("mps", "xpu"):
+        if kind not in found and _accelerator_available(kind):
+            found.append(kind)
+    found.append("cpu")
+    return found
+
+
+def _with_index(kind: str, index: int | None) -> torch.device:
+    if kind == "cpu":
+        return torch.device("cpu")
+    if index is None:
+        # An explicit index makes `tensor.device == device` true after a move ("cuda" != "cuda:0").
+        index = torch.cuda.current_device() if kind == "cuda" else 0
+    return torch.device(kind, index)
+
+
+def _parse(preferred: str | torch.device) -> torch.device:
+    if isinstance(preferred, torch.device):
+        kind, index = preferred.type, preferred.index
+    elif isinstance(preferred, str):
+        text = preferred.strip().lower()
+        kind, _, rest = text.partition(":")
+        index = None
+        if rest:
+            if not rest.isdigit():
+                raise ValueError(f"Device {preferred!r}: the part after ':' must be a GPU index such as 'cuda:0'.")
+            index = int(rest)
+    else:
+        raise TypeError(f"pick_device expects a str or torch.device, got {type(preferred).__name__}.")
+    if kind not in KNOWN_TYPES:
+        choices = ", ".join(repr(k) for k in ("auto", *KNOWN_TYPES))
+        raise ValueError(
+            f"Unknown device {str(preferred)!r}. Choose one of {choices}, optionally with an index such as 'cuda:1'."
+        )
+    if kind == "cpu" and index not in (None, 0):
+        raise ValueError(f"Device {str(preferred)!r}: the CPU has no index other than 0; use 'cpu'.")
+    return torch.device(kind, index) if index is not None else torch.device(kind)
+
+
+def validate(device: str | torch.device) -> torch.device:
+    """Return ``device`` as a torch.device with an index, or raise DeviceUnavailableError naming the fix."""
+    requested = _parse(device)
+    kind, index = requested.type, requested.index
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceUnavailableError(f"CUDA was requested ({requested}) but no GPU is visible.\n  {_cuda_fix()}")
+        count = torch.cuda.device_count()
+        if index is not None and index >= count:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+            raise DeviceUnavailableError(
+                f"{requested} was requested but only {count} GPU(s) are visible (cuda:0 to cuda:{count - 1}); "
+                f"CUDA_VISIBLE_DEVICES={visible}. Pick an index below {count}, or set CUDA_VISIBLE_DEVICES "
+                "before Python starts to choose which GPUs are visible."
+            )
+    elif kind == "mps" and not _accelerator_available("mps"):
+        built = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_built()
+        reason = (
+            "this PyTorch build has MPS, but the machine does not offer it"
+            if built
+            else "this PyTorch build has no MPS"
+        )
+        raise DeviceUnavailableError(
+            f"MPS was requested but is unavailable ({reason}). MPS needs an Apple-silicon Mac with macOS 12.3 "
+            'or later and the macOS wheel of PyTorch; elsewhere use "auto" or "cpu".'
+        )
+    elif kind == "xpu":
+        if not _accelerator_available("xpu"):
+            raise DeviceUnavailableError(
+                "XPU was requested but no Intel GPU is visible. Install PyTorch's XPU build on a machine with an "
+                'Intel GPU (https://pytorch.org/get-started/locally/), or use "auto" or "cpu".'
+            )
+        count = torch.xpu.device_count()
+        if index is not None and index >= count:
+            raise DeviceUnavailableError(f"{requested} was requested but only {count} XPU device(s) are visible.")
+    elif kind == "mps" and index not in (None, 0):
+        raise DeviceUnavailableError(f"{requested} was requested but a Mac has one MPS device: use 'mps'.")
+    return _with_index(kind, index)
+
+
+def pick_device(preferred: str | torch.device | None = None) -> torch.device:
+    """Choose the device to run on.
+
+    ``None`` or ``"auto"`` takes ``$COURSE_DEVICE`` when it is set, else the first available of CUDA, the
+    accelerator ``torch.accelerator`` reports (MPS, XPU), then the CPU. Anything else is validated.
+    """
+    if preferred is None or (isinstance(preferred, str) and preferred.strip().lower() == "auto"):
+        override = os.environ.get(ENV_DEVICE, "").strip()
+        if override and override.lower() != "auto":
+            return validate(override)
+        return _with_index(available_types()[0], None)
+    return validate(preferred)
+
+
+def synchronize(device: str | torch.device) -> None:
+    """Wait until all queued work on ``device`` has finished; a no-op on the CPU."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+    elif device.type == "xpu":
+        torch.xpu.synchronize(device)
+    elif device.type not in ("cpu", "meta"):
+        accelerator = getattr(torch, "accelerator", None)
+        if accelerator is None:
+            raise ValueError(f"Do not know how to synchronise {device}.")
+        accelerator.synchronize(device)
+
+
+def runtime() -> str:
+    """Where this runs: "Colab", "Kaggle" or "local"."""
+    if "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ:
+        return "Colab"
+    if "KAGGLE_KERNEL_RUN_TYPE" in os.environ or "KAGGLE_URL_BASE" in os.environ:
+        return "Kaggle"
+    return "local"
+
+
+def _cudnn_version() -> str | None:
+    if not torch.backends.cudnn.is_available():
+        return None
+    v = torch.backends.cudnn.version()  # 92400 means 9.24.0; cuDNN 8 packed 8902 as 8.9.2
+    if v >= 90000:
+        return f"{v // 10000}.{v % 10000 // 100}.{v % 100}"
+    return f"{v // 1000}.{v % 1000 // 100}.{v % 100}"
+
+
+def environment_report() -> dict[str, Any]:
+    """What PyTorch can see here, as data: versions, GPUs, MPS, CPU threads, runtime."""
+    try:
+        import torchvision
+
+        torchvision_version = torchvision.__version__
+    except ImportError:
+        torchvision_version = None
+    cudnn = _cudnn_version()
+    gpus = []
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            gpus.append(
+                {
+                    "index": i,
+                    "name": props.name,
+                    "memory_gib": round(props.total_memory / 2**30, 1),
+                    "compute_capability": f"{props.major}.{props.minor}",
+                    "multiprocessors": props.multi_processor_count,
+                }
+            )
+    mps = getattr(torch.backends, "mps", None)
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "torch": torch.__version__,
+        "torchvision": torchvision_version,
+        "cuda_build": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "cudnn": cudnn,
+        "gpus": gpus,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "mps_built": bool(mps is not None and mps.is_built()),
+        "mps_available": _accelerator_available("mps"),
+        "xpu_available": _accelerator_available("xpu"),
+        "cpu_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "runtime": runtime(),
+        "auto_device": str(_with_index(available_types()[0], None)),
+    }
+
+
+def format_report(report: dict[str, Any] | None = None) -> str:
+    """The environment report as aligned text lines."""
+    r = environment_report() if report is None else report
+    cuda = f"built for CUDA {r['cuda_build']}" if r["cuda_build"] else "CPU-only build (no CUDA)"
+    lines = [
+        ("Python", f"{r['python']} on {r['platform']}"),
+        ("PyTorch", f"{r['torch']} ({cuda})"),
+        ("torchvision", r["torchvision"] or "not installed"),
+        ("CUDA available", "yes" if r["cuda_available"] else "no"),
+        ("cuDNN", r["cudnn"] if r["cudnn"] is not None else "n/a"),
+    ]
+    for gpu in r["gpus"]:
+        lines.append(
+            (
+                f"GPU {gpu['index']}",
+                f"{gpu['name']}, {gpu['memory_gib']} GiB, compute capability {gpu['compute_capability']}, "
+                f"{gpu['multiprocessors']} SMs",
+            )
+        )
+    if r["cuda_visible_devices"] is not None:
+        lines.append(("CUDA_VISIBLE_DEVICES", repr(r["cuda_visible_devices"])))
+    lines += [
+        (
+            "MPS (Apple GPU)",
+            "available" if r["mps_available"] else ("built, not available" if r["mps_built"] else "no"),
+        ),
+        ("XPU (Intel GPU)", "available" if r["xpu_available"] else "no"),
+        ("CPU", f"{r['cpu_count']} logical cores, torch uses {r['cpu_threads']} threads"),
+        ("Runtime", r["runtime"]),
+        ("pick_device() chooses", r["auto_device"]),
+    ]
+    width = max(len(k) for k, _ in lines)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in lines)
+
+
+def main() -> None:
+    print(format_report())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Timing code on a device honestly: synchronise before reading the clock, warm up, take the median of repeats."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from helpers.devices import synchronize
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call: the median and every repeat it came from."""
+
+    median: float
+    times: list[float] = field(repr=False)
+    warmup: int = 0
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median: how noisy the repeats were."""
+        return (max(self.times) - min(self.times)) / self.median if self.median else 0.0
+
+    def __str__(self) -> str:
+        return f"{format_seconds(self.median)} (median of {len(self.times)}, spread {self.spread:.0%})"
+
+
+def format_seconds(seconds: float) -> str:
+    """1.5e-5 -> '15.0 us', 0.25 -> '250.0 ms'."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.1f} {unit}"
+    return f"{seconds / 1e-9:.0f} ns"
+
+
+def time_on_device(
+    fn: Callable[[], Any],
+    device: str | torch.device = "cpu",
+    repeats: int = 5,
+    warmup: int = 1,
+    sync: Callable[[], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Timing:
+    """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed ones, each between two synchronisations.
+
+    ``sync`` defaults to synchronising ``device``; tests replace it (and ``clock``) to watch what happens.
+    """
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"Need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}.")
+    if sync is None:
+
+        def sync() -> None:
+            synchronize(device)
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        sync()  # work queued before the timer starts must not be counted
+        start = clock()
+        fn()
+        sync()  # and work fn queued must have finished before the clock is read
+        times.append(clock() - start)
+    return Timing(median=statistics.median(times), times=times, warmup=warmup)
+
+
+class DeviceTimer:
+    """``with DeviceTimer(device) as t: ...`` then ``t.seconds``; synchronises on entry and exit."""
+
+    def __init__(self, device: str | torch.device = "cpu") -> None:
+        self.device = torch.device(device)
+        self.seconds = float("nan")
+
+    def __enter__(self) -> DeviceTimer:
+        synchronize(self.device)
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        synchronize(self.device)
+        self.seconds = time.perf_counter() - self._start
+
+
+def benchmark(
+    fn: Callable[[], Any],
+    device: str | torch.device = "cpu",
+    label: str = "",
+    description: str = "",
+    min_run_time: float = 0.5,
+) -> torch.utils.benchmark.Measurement:
+    """Measure ``fn()`` with ``torch.utils.benchmark.Timer.blocked_autorange``.
+
+    The Timer synchronises CUDA by itself; for other accelerators the call is wrapped so it does too.
+    """
+    from torch.utils import benchmark as tb
+
+    device = torch.device(device)
+    if device.type in ("cpu", "cuda"):
+        stmt_fn = fn
+    else:
+
+        def stmt_fn() -> None:
+            fn()
+            synchronize(device)
+
+    timer = tb.Timer(
+        stmt="stmt_fn()",
+        globals={"stmt_fn": stmt_fn},
+        label=label,
+        description=description,
+        num_threads=torch.get_num_threads(),
+    )
+    return timer.blocked_autorange(min_run_time=min_run_time)

@@ -230,8 +230,14 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--timeout", type=int, default=None, help="seconds a single cell may run")
     p_run.add_argument("--notebooks", default=str(NOTEBOOKS), help="folder holding the lesson notebooks")
     p_run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sub.add_parser("bench", help="the data-pipeline benchmark (python -m helpers.bench --help)", add_help=False)
     p_list = sub.add_parser("list", help="list the lesson notebooks")
     p_list.add_argument("--notebooks", default=str(NOTEBOOKS))
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:
+        from helpers import bench
+
+        return bench.main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "list":
         for path in find_notebooks(Path(args.notebooks)):

@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import fnmatch
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -66,14 +67,29 @@ def records(nb: nbformat.NotebookNode) -> list[dict]:
     return found
 
 
+SITE_PACKAGES = re.compile(r"(?:/[^\s/'\":]+)+/site-packages/")
+
+
+def scrub_paths(text: str) -> str:
+    """Replace this machine's paths in an output (tracebacks, warnings) with ones that hold anywhere."""
+    text = SITE_PACKAGES.sub("site-packages/", text)
+    text = text.replace(f"{ROOT}{os.sep}", "")
+    return text.replace(str(Path.home()), "~")
+
+
 def clean_for_commit(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """Drop the per-run metadata papermill adds, so committed notebooks change only when outputs do."""
+    """Drop the per-run metadata papermill adds and local paths in outputs, so commits show only real changes."""
     nb.metadata.pop("papermill", None)
     for cell in nb.cells:
         cell.metadata.pop("papermill", None)
         cell.metadata.pop("execution", None)
         if cell.metadata.get("tags") == []:
             del cell.metadata["tags"]
+        for out in cell.get("outputs", []):
+            if "traceback" in out:
+                out["traceback"] = [scrub_paths(line) for line in out["traceback"]]
+            if "text" in out:
+                out["text"] = scrub_paths(out["text"])
     return nb
 
 
@@ -166,6 +182,21 @@ def format_table(results: list[Result]) -> str:
     return "\n".join(out)
 
 
+def _fall_back_to_offline_data() -> None:
+    """Without MNIST (not on disk, not downloadable) but with Debian's Fashion-MNIST, run on that, and say so."""
+    from helpers import data
+
+    if data.is_present("MNIST") or data.downloadable("MNIST"):
+        return
+    if data.is_present("FashionMNIST") or data.DEBIAN_FASHION_MNIST.is_dir():
+        os.environ[ENV_DATASET] = "FashionMNIST"
+        print(
+            "MNIST is neither on disk nor downloadable here; the lessons use Fashion-MNIST (Debian's "
+            "dataset-fashion-mnist) instead. Pass --dataset MNIST to insist on MNIST.",
+            file=sys.stderr,
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     folder = Path(args.notebooks)
     paths = find_notebooks(folder, args.only)
@@ -181,6 +212,8 @@ def run(args: argparse.Namespace) -> int:
     if args.dataset:
         os.environ[ENV_DATASET] = args.dataset
     os.environ.setdefault(ENV_DATA_DIR, str(ROOT / "data"))
+    if ENV_DATASET not in os.environ:
+        _fall_back_to_offline_data()
     output_dir = Path(args.output)
     output_dir.mkdir(parents=True, exist_ok=True)
 

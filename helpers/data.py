@@ -81,6 +81,19 @@ def prepare_offline(name: str, root: str | os.PathLike | None = None, source: Pa
     return True
 
 
+def downloadable(name: str, timeout: float = 5.0) -> bool:
+    """Whether the first download mirror of ``name`` answers within ``timeout`` seconds."""
+    import urllib.request
+
+    cls = DATASETS[canonical_name(name)]["cls"]
+    url = cls.mirrors[0] + cls.resources[0][0]
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+            return True
+    except Exception:  # no network, DNS failure, HTTP error: all mean "not from here"
+        return False
+
+
 def _missing_message(name: str, root: Path, reason: str) -> str:
     folder = raw_dir(name, root)
     files = "\n".join(f"    {folder / f}" for f in RAW_FILES)
@@ -134,7 +147,7 @@ def load_dataset(
                 cls(root=str(root), train=train, download=True)
         except Exception as exc:  # torchvision raises RuntimeError or URLError depending on where it fails
             raise DatasetUnavailableError(
-                _missing_message(name, root, f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+                _missing_message(name, root, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
             ) from None
     dataset = cls(root=str(root), train=train, transform=transform, download=False)
     if verbose:

@@ -1,0 +1,42 @@
+"""Shared fixtures for tests/ and for the nbval run over notebooks/.
+
+Importing this sets the environment the committed notebook outputs were produced with (the course runner's
+--write-back settings), so nbval's kernels and the papermill runs check the same thing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from helpers import course
+
+ROOT = Path(__file__).resolve().parent
+os.environ.update(course.CHECK_ENV)
+os.environ.setdefault("COURSE_DATA_DIR", str(ROOT / "data"))
+
+
+@pytest.fixture(scope="session")
+def executed_notebook() -> Callable[[str], nbformat.NotebookNode]:
+    """``executed_notebook("05")``: notebooks/05_*.ipynb run once per session by the course runner, or a failure."""
+    cache: dict[Path, course.Result] = {}
+    output_dir = ROOT / "build" / "test-executed"
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    def get(prefix: str) -> nbformat.NotebookNode:
+        paths = course.find_notebooks(ROOT / "notebooks", prefix)
+        if len(paths) != 1:
+            pytest.fail(f"Expected one notebook starting with {prefix!r}, found {[p.name for p in paths]}")
+        path = paths[0]
+        if path not in cache:
+            cache[path] = course.run_notebook(path, output_dir, timeout=600)
+        result = cache[path]
+        if result.status != "passed":
+            pytest.fail(f"{path.name} failed: {result.error}", pytrace=False)
+        return nbformat.read(output_dir / path.name, as_version=4)
+
+    return get

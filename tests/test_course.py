@@ -1,0 +1,126 @@
+"""helpers.course: the runner executes notebooks in fresh kernels, reports a table, and names what failed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+from helpers import course
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _notebook(*sources: str, raises: tuple[int, ...] = ()) -> nbformat.NotebookNode:
+    nb = new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    for i, src in enumerate(sources):
+        cell = new_code_cell(src)
+        if i in raises:
+            cell.metadata["tags"] = ["raises-exception"]
+        nb.cells.append(cell)
+    return nb
+
+
+def _run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "helpers.course", *args], capture_output=True, text=True, env=full_env, cwd=ROOT
+    )
+
+
+def test_find_notebooks_filters_by_prefix_and_pattern(tmp_path):
+    for name in ("00_a.ipynb", "01_b.ipynb", "04_c.ipynb", "05_d.ipynb", "README.ipynb", "x_01.ipynb"):
+        (tmp_path / name).write_text("{}")
+    names = lambda only: [p.name for p in course.find_notebooks(tmp_path, only)]  # noqa: E731
+    assert names(None) == ["00_a.ipynb", "01_b.ipynb", "04_c.ipynb", "05_d.ipynb"]
+    assert names("00") == ["00_a.ipynb"]
+    assert names("0[1-4]") == ["01_b.ipynb", "04_c.ipynb"]
+    assert names("00,05") == ["00_a.ipynb", "05_d.ipynb"]
+    assert names("9") == []
+
+
+def test_records_and_unexpected_errors():
+    nb = _notebook("a", "b", "c", raises=(1,))
+    nb.cells[0].outputs = [new_output("display_data", data={course.RECORD_MIME: {"device": "cpu"}, "text/plain": "x"})]
+    nb.cells[1].outputs = [new_output("error", ename="ValueError", evalue="expected", traceback=[])]
+    assert course.records(nb) == [{"device": "cpu"}]
+    assert course.first_unexpected_error(nb) is None
+    nb.cells[2].execution_count = 3
+    nb.cells[2].outputs = [new_output("error", ename="KeyError", evalue="'x'", traceback=[])]
+    assert course.first_unexpected_error(nb) == "cell 2 (In [3]) raised KeyError: 'x'"
+
+
+def test_clean_for_commit_drops_run_metadata_and_local_paths():
+    nb = _notebook("1 / 0")
+    nb.metadata["papermill"] = {"duration": 1.0}
+    nb.cells[0].metadata.update(papermill={"duration": 0.1}, execution={"iopub.status.idle": "now"}, tags=[])
+    site = "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py"
+    nb.cells[0].outputs = [
+        new_output("error", ename="E", evalue="", traceback=[f"File {site}:12", f"File {course.ROOT}/helpers/x.py:3"]),
+        new_output("stream", name="stderr", text=f"{site}:9: UserWarning: careful\n"),
+    ]
+    clean = course.clean_for_commit(nb)
+    assert "papermill" not in clean.metadata and clean.cells[0].metadata == {}
+    assert clean.cells[0].outputs[0].traceback == [
+        "File site-packages/torch/nn/modules/module.py:12",
+        "File helpers/x.py:3",
+    ]
+    assert clean.cells[0].outputs[1].text == "site-packages/torch/nn/modules/module.py:9: UserWarning: careful\n"
+
+
+def test_format_table_aligns_columns():
+    rows = [course.Result("00_a.ipynb", "passed", 1.25, "cpu", "x: 1"), course.Result("01_long_name.ipynb", "FAILED")]
+    lines = course.format_table(rows).splitlines()
+    assert lines[0].split() == ["notebook", "status", "seconds", "device", "headline", "figure"]
+    assert lines[2].startswith("00_a.ipynb          passed  1.2")
+    assert len({line.index("status") if "status" in line else 20 for line in lines}) == 1
+
+
+@pytest.mark.notebooks
+def test_runner_reports_failures_and_runs_the_rest(tmp_path):
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    record = (
+        "from helpers import lesson\n"
+        "lesson.start('cpu')\n"
+        "lesson.headline('answer', '42')"
+    )
+    nbformat.write(_notebook(record, "int('x')", raises=(1,)), folder / "00_ok.ipynb")
+    nbformat.write(_notebook("x = 1", "1 / 0", "print('never')"), folder / "01_bad.ipynb")
+    nbformat.write(_notebook("print('still runs')"), folder / "02_after.ipynb")
+    before_bad = (folder / "01_bad.ipynb").read_text()
+    out = _run_cli("run", "--notebooks", str(folder), "--output", str(tmp_path / "out"), "--no-progress",
+                   "--write-back")
+    assert out.returncode == 1, out.stderr
+    table = out.stdout.splitlines()
+    assert table[2].split()[:2] == ["00_ok.ipynb", "passed"] and table[2].split()[3:] == ["cpu", "answer:", "42"]
+    assert table[3].split()[:2] == ["01_bad.ipynb", "FAILED"]
+    assert table[4].split()[:2] == ["02_after.ipynb", "passed"]
+    assert "01_bad.ipynb failed: cell 1 (In [2]) raised ZeroDivisionError: division by zero" in out.stderr
+    assert "Traceback" not in out.stderr
+    # --write-back refreshed the passing notebooks only, without papermill's run metadata
+    written = nbformat.read(folder / "00_ok.ipynb", as_version=4)
+    assert [c.execution_count for c in written.cells] == [1, 2]
+    assert "papermill" not in written.metadata
+    assert (folder / "01_bad.ipynb").read_text() == before_bad
+
+
+@pytest.mark.notebooks
+def test_unavailable_device_fails_with_the_fix_not_a_traceback(tmp_path):
+    out = _run_cli("run", "--quick", "--only", "00", "--no-progress", "--output", str(tmp_path),
+                   env={"COURSE_DEVICE": "cuda:99"})
+    assert out.returncode == 1
+    assert "00_check_your_setup.ipynb failed: cell" in out.stderr
+    assert "raised DeviceUnavailableError" in out.stderr
+    assert "CUDA_VISIBLE_DEVICES" in out.stderr or "Change runtime type" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_bad_pattern_is_an_error(tmp_path):
+    out = _run_cli("run", "--only", "99", "--no-progress", "--output", str(tmp_path))
+    assert out.returncode == 1 and "No notebook" in out.stderr

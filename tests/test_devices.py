@@ -1,0 +1,176 @@
+"""helpers.devices: choosing, validating and synchronising devices, with GPUs simulated where the machine has none."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from helpers import devices
+from helpers.devices import DeviceUnavailableError, pick_device
+
+
+@pytest.fixture(autouse=True)
+def _no_override(monkeypatch):
+    monkeypatch.delenv("COURSE_DEVICE", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(devices, "_accelerator_available", lambda kind: False)
+    if hasattr(torch, "accelerator"):
+        monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+
+
+@pytest.fixture
+def two_gpus(monkeypatch):
+    """A machine with two CUDA GPUs, as far as pick_device can tell."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+
+def test_auto_is_cpu_without_accelerators(no_gpu):
+    assert pick_device() == torch.device("cpu")
+    assert pick_device("auto") == torch.device("cpu")
+    assert devices.available_types() == ["cpu"]
+
+
+def test_auto_prefers_cuda_and_names_the_index(two_gpus):
+    assert pick_device() == torch.device("cuda", 0)
+    # an indexed device compares equal to where tensors end up; a bare "cuda" would not
+    assert str(pick_device("cuda")) == "cuda:0"
+    assert pick_device("cuda:1") == torch.device("cuda", 1)
+    assert pick_device(torch.device("cuda", 1)) == torch.device("cuda", 1)
+
+
+def test_auto_takes_mps_when_no_cuda(monkeypatch, no_gpu):
+    monkeypatch.setattr(devices, "_accelerator_available", lambda kind: kind == "mps")
+    assert pick_device() == torch.device("mps", 0)
+
+
+def test_accelerator_that_is_not_usable_is_ignored(monkeypatch, no_gpu):
+    if not hasattr(torch, "accelerator"):
+        pytest.skip("this torch has no torch.accelerator")
+    # current_accelerator() may name a backend this machine cannot use
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda *a, **k: torch.device("xpu"))
+    assert devices.available_types() == ["cpu"]
+    monkeypatch.setattr(devices, "_accelerator_available", lambda kind: kind == "xpu")
+    assert devices.available_types() == ["xpu", "cpu"]
+
+
+def test_works_without_torch_accelerator(monkeypatch, no_gpu):
+    monkeypatch.delattr(torch, "accelerator", raising=False)
+    assert pick_device() == torch.device("cpu")
+
+
+@pytest.mark.parametrize("name", ["tpu", "gpu", "cuda0", "", "meta"])
+def test_unknown_name_lists_choices(name):
+    with pytest.raises(ValueError, match="'auto', 'cpu', 'cuda', 'mps', 'xpu'"):
+        pick_device(name)
+
+
+@pytest.mark.parametrize("name", ["cuda:x", "cpu:1"])
+def test_malformed_index(name):
+    with pytest.raises(ValueError):
+        pick_device(name)
+
+
+def test_wrong_type():
+    with pytest.raises(TypeError, match="str or torch.device"):
+        pick_device(0)
+
+
+def test_missing_cuda_names_colab_and_kaggle(no_gpu):
+    with pytest.raises(DeviceUnavailableError) as info:
+        pick_device("cuda")
+    message = str(info.value)
+    assert "Runtime > Change runtime type" in message
+    assert "Kaggle: Settings > Accelerator" in message
+    assert isinstance(info.value, RuntimeError)
+
+
+def test_missing_cuda_mentions_visible_devices_when_set(monkeypatch, no_gpu):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(DeviceUnavailableError, match="CUDA_VISIBLE_DEVICES is set to ''"):
+        pick_device("cuda:0")
+
+
+def test_index_out_of_range_says_how_many(two_gpus):
+    with pytest.raises(DeviceUnavailableError, match=r"only 2 GPU\(s\) are visible.*CUDA_VISIBLE_DEVICES"):
+        pick_device("cuda:7")
+
+
+def test_cuda_7_is_unavailable_on_this_machine():
+    with pytest.raises(DeviceUnavailableError):
+        pick_device("cuda:7")
+
+
+@pytest.mark.parametrize("name", ["mps", "xpu"])
+def test_missing_other_accelerators(no_gpu, name):
+    with pytest.raises(DeviceUnavailableError, match=name.upper()):
+        pick_device(name)
+
+
+def test_environment_overrides_auto_only(monkeypatch, no_gpu):
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+    assert pick_device() == torch.device("cpu")
+    monkeypatch.setenv("COURSE_DEVICE", "cuda")
+    with pytest.raises(DeviceUnavailableError):
+        pick_device("auto")
+    assert pick_device("cpu") == torch.device("cpu")  # an explicit request wins over the environment
+    monkeypatch.setenv("COURSE_DEVICE", "auto")
+    assert pick_device() == torch.device("cpu")
+
+
+def test_synchronize_calls_the_right_backend(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(("cuda", device)))
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: calls.append(("mps", None)))
+    devices.synchronize("cpu")
+    devices.synchronize("meta")
+    assert calls == []
+    devices.synchronize("cuda:1")
+    devices.synchronize(torch.device("mps"))
+    assert calls == [("cuda", torch.device("cuda", 1)), ("mps", None)]
+
+
+def test_runtime_detection(monkeypatch):
+    monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+    monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
+    monkeypatch.delenv("KAGGLE_URL_BASE", raising=False)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    assert devices.runtime() == "local"
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    assert devices.runtime() == "Kaggle"
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab")
+    assert devices.runtime() == "Colab"
+
+
+def test_report_as_data_and_text():
+    report = devices.environment_report()
+    assert report["torch"] == torch.__version__
+    assert report["cuda_available"] == torch.cuda.is_available()
+    assert report["cpu_threads"] == torch.get_num_threads()
+    text = devices.format_report(report)
+    assert f"PyTorch                {torch.__version__}" in text
+    assert text.splitlines()[-1].startswith("pick_device() chooses")
+
+
+def test_report_lists_each_gpu():
+    report = devices.environment_report() | {
+        "gpus": [{"index": 0, "name": "Tesla T4", "memory_gib": 14.6, "compute_capability": "7.5",
+                  "multiprocessors": 40}],
+    }
+    assert "GPU 0" in devices.format_report(report)
+    assert "Tesla T4, 14.6 GiB, compute capability 7.5, 40 SMs" in devices.format_report(report)
+
+
+def test_report_command_runs():
+    out = subprocess.run([sys.executable, "-m", "helpers.devices"], capture_output=True, text=True, check=True)
+    assert "CUDA available" in out.stdout and "pick_device() chooses" in out.stdout

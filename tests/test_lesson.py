@@ -1,0 +1,61 @@
+"""helpers.lesson: settings resolved against the environment, records for the runner, GPU skip lines."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import lesson
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    for name in ("COURSE_DEVICE", "COURSE_QUICK", "COURSE_DATASET"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_defaults_are_the_notebooks(capsys):
+    settings = lesson.start("cpu", quick=False, dataset="MNIST", seed=3)
+    assert settings == lesson.Settings(device=torch.device("cpu"), quick=False, dataset="MNIST", seed=3)
+    assert capsys.readouterr().out.strip() == "Lesson settings: device cpu, full run, dataset MNIST, seed 3"
+
+
+def test_environment_steers_and_says_so(monkeypatch, capsys):
+    monkeypatch.setenv("COURSE_QUICK", "1")
+    monkeypatch.setenv("COURSE_DATASET", "fashion-mnist")
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+    settings = lesson.start("auto", dataset="MNIST")
+    assert settings.quick and settings.dataset == "FashionMNIST" and settings.device == torch.device("cpu")
+    out = capsys.readouterr().out
+    assert "(from COURSE_DEVICE)" in out and "quick mode (from COURSE_QUICK)" in out
+    assert "dataset FashionMNIST (from COURSE_DATASET)" in out
+
+
+def test_seed_makes_runs_repeat():
+    lesson.start("cpu", seed=7)
+    a = torch.randn(3)
+    lesson.start("cpu", seed=7)
+    assert torch.equal(a, torch.randn(3))
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", True), ("yes", True), ("0", False), ("", False)])
+def test_env_flag(monkeypatch, value, expected):
+    monkeypatch.setenv("COURSE_QUICK", value)
+    assert lesson.env_flag("COURSE_QUICK") is expected
+
+
+def test_headline_prints_outside_notebooks(capsys):
+    lesson.headline("test accuracy", "88.0%")
+    assert capsys.readouterr().out.strip() == "Headline: test accuracy: 88.0%"
+
+
+def test_cuda_gpus_prints_one_skip_line(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert lesson.cuda_gpus(2, "the batch split across GPUs") is False
+    assert capsys.readouterr().out == (
+        "Skipped (needs 2 CUDA GPUs, this machine has 0): the batch split across GPUs\n"
+    )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert lesson.cuda_gpus(2, "x") is True
+    assert capsys.readouterr().out == ""

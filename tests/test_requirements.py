@@ -1,0 +1,56 @@
+"""requirements.txt, environment.yml, the lock file and pyproject agree with each other."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _requirements(lines: list[str]) -> dict[str, Requirement]:
+    reqs = [Requirement(line) for line in (x.split("#")[0].strip() for x in lines) if line and not line.startswith("-")]
+    return {canonicalize_name(r.name): r for r in reqs}
+
+
+def requirements_txt() -> dict[str, Requirement]:
+    return _requirements((ROOT / "requirements.txt").read_text().splitlines())
+
+
+def test_environment_yml_matches_requirements_txt():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert "-e ." in pip_section, "environment.yml must install the helpers package"
+    conda = _requirements(pip_section)
+    txt = requirements_txt()
+    assert {k: str(v) for k, v in conda.items()} == {k: str(v) for k, v in txt.items()}
+
+
+def test_lock_pins_every_requirement_within_its_range():
+    lock = _requirements((ROOT / "requirements-lock.txt").read_text().splitlines())
+    for name, req in requirements_txt().items():
+        assert name in lock, f"{name} is not pinned in requirements-lock.txt"
+        (pin,) = lock[name].specifier
+        assert pin.operator == "==", f"{name} must be pinned with =="
+        assert req.specifier.contains(pin.version, prereleases=True), f"{name}=={pin.version} is outside {req}"
+    assert str(lock["torch"].specifier) == "==2.14.1"
+
+
+def test_pyproject_dependencies_are_in_requirements():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    txt = requirements_txt()
+    for line in project["dependencies"]:
+        req = Requirement(line)
+        assert str(txt[canonicalize_name(req.name)].specifier) == str(req.specifier), line
+
+
+def test_ruff_is_clean_on_code_and_notebooks():
+    out = subprocess.run([sys.executable, "-m", "ruff", "check", "."], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr

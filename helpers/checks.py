@@ -75,7 +75,124 @@ def check_zeros_on_device(x: torch.Tensor | None, device: torch.device) -> bool:
 
 # --- lesson 03 -------------------------------------------------------------------------------------------------
 
+
+def _tensor_attributes(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every tensor a module and its children hold: parameters, buffers and plain tensor attributes."""
+    found = {}
+    for prefix, sub in module.named_modules():
+        for key, value in vars(sub).items():
+            if isinstance(value, torch.Tensor) and not key.startswith("_"):
+                found[f"{prefix}.{key}" if prefix else key] = value
+        for key, value in (*sub._parameters.items(), *sub._buffers.items()):
+            if value is not None:
+                found[f"{prefix}.{key}" if prefix else key] = value
+    return found
+
+
+@exercise("03_buffers_move")
+def check_buffers_move(module: torch.nn.Module | None, device: torch.device) -> bool:
+    """Lesson 03: a module whose ``mean`` and ``std`` are buffers, saved in its state_dict, on ``device``."""
+    import copy
+
+    name = "mean and std as buffers"
+    if _unanswered(name, module):
+        return False
+    if not isinstance(module, torch.nn.Module):
+        return _verdict(name, False, f"expected an nn.Module instance, got {type(module).__name__}")
+    buffers = dict(module.named_buffers())
+    missing = [k for k in ("mean", "std") if k not in buffers]
+    if missing:
+        return _verdict(name, False, f"{' and '.join(missing)} is not a buffer; use self.register_buffer(name, tensor)")
+    saved = module.state_dict()
+    unsaved = [k for k in ("mean", "std") if k not in saved]
+    if unsaved:
+        return _verdict(name, False, f"{' and '.join(unsaved)} is missing from state_dict(); keep persistent=True")
+    # Moving a copy to the meta device reveals tensors that stay behind, even on a machine whose only device is the CPU.
+    stay = [k for k, t in _tensor_attributes(copy.deepcopy(module).to("meta")).items() if t.device.type != "meta"]
+    if stay:
+        return _verdict(name, False, f"{', '.join(stay)} did not move with .to(); register it as a buffer")
+    wrong = [k for k in ("mean", "std") if not _same_device(buffers[k].device, device)]
+    if wrong:
+        return _verdict(name, False, f"{', '.join(wrong)} is not on {device}; call .to(device) on the module")
+    return _verdict(name, True, "")
+
+
+@exercise("03_load_on_cpu")
+def check_load_on_cpu(cpu_model: torch.nn.Module | None, reference: torch.nn.Module) -> bool:
+    """Lesson 03: a fresh model on the CPU holding the same weights as ``reference`` (loaded from its checkpoint)."""
+    name = "checkpoint loaded on the CPU"
+    if _unanswered(name, cpu_model):
+        return False
+    if not isinstance(cpu_model, torch.nn.Module):
+        return _verdict(name, False, f"expected an nn.Module, got {type(cpu_model).__name__}")
+    if cpu_model is reference:
+        return _verdict(name, False, "that is the original model; build a fresh one and load the checkpoint into it")
+    mine, theirs = cpu_model.state_dict(), reference.state_dict()
+    if list(mine) != list(theirs):
+        return _verdict(name, False, "its state_dict keys differ from the saved model's; build the same architecture")
+    elsewhere = sorted({str(t.device) for t in mine.values() if t.device.type != "cpu"})
+    if elsewhere:
+        return _verdict(name, False, f"some tensors are on {', '.join(elsewhere)}; use map_location='cpu'")
+    same = all(torch.equal(mine[k], theirs[k].detach().cpu()) for k in mine)
+    return _verdict(name, same, "the weights differ from the saved ones; call load_state_dict with the loaded dict")
+
+
 # --- lesson 04 -------------------------------------------------------------------------------------------------
+
+
+@exercise("04_one_hot")
+def check_one_hot(one_hot: Callable[[torch.Tensor, int], torch.Tensor] | None) -> bool:
+    """Lesson 04: ``one_hot(labels, num_classes)`` returns float32 (B, num_classes) rows on the labels' device."""
+    name = "one_hot follows its input"
+    if _unanswered(name, one_hot):
+        return False
+    labels = torch.tensor([2, 0, 1, 2])
+    expected = torch.tensor([[0, 0, 1], [1, 0, 0], [0, 1, 0], [0, 0, 1]], dtype=torch.float32)
+    try:
+        out = one_hot(labels, 3)
+        # The meta device plays "another device" on any machine: a result left on the CPU gives itself away.
+        meta_out = one_hot(labels.to("meta"), 3)
+    except Exception as error:  # a checker reports, it never raises
+        return _verdict(name, False, f"it raised {type(error).__name__}: {error}")
+    if not isinstance(out, torch.Tensor) or not isinstance(meta_out, torch.Tensor):
+        return _verdict(name, False, "it should return a tensor")
+    if tuple(out.shape) != (4, 3) or out.dtype != torch.float32:
+        return _verdict(name, False, f"got shape {tuple(out.shape)} and {out.dtype}, expected (4, 3) float32")
+    if not torch.equal(out, expected):
+        return _verdict(name, False, "the values are wrong: row i should have a 1 in column labels[i]")
+    return _verdict(
+        name,
+        meta_out.device == labels.to("meta").device,
+        f"given labels on another device it returned a tensor on {meta_out.device}; "
+        "create it with labels.new_zeros(...) or device=labels.device",
+    )
+
+
+@exercise("04_device_loader")
+def check_device_loader(wrapped: Any, loader: Any, device: torch.device) -> bool:
+    """Lesson 04: a wrapper around ``loader`` with the same length whose batches arrive on ``device``."""
+    name = "batches arrive on the device"
+    if _unanswered(name, wrapped):
+        return False
+    if wrapped is loader:
+        return _verdict(name, False, "that is the loader itself; wrap it in DeviceDataLoader(loader, device)")
+    try:
+        length = len(wrapped)
+        first = next(iter(wrapped))
+    except Exception as error:  # a checker reports, it never raises
+        return _verdict(name, False, f"could not take its length and first batch: {type(error).__name__}: {error}")
+    if length != len(loader):
+        return _verdict(name, False, f"it has {length} batches, the loader has {len(loader)}")
+    tensors = first if isinstance(first, (list, tuple)) else [first]
+    tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
+    if not tensors:
+        return _verdict(name, False, "its batches hold no tensors")
+    return _verdict(
+        name,
+        all(_same_device(t.device, device) for t in tensors),
+        f"a batch tensor is on {tensors[0].device}, not {device}",
+    )
+
 
 # --- lesson 05 -------------------------------------------------------------------------------------------------
 

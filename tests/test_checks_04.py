@@ -1,0 +1,72 @@
+"""Lesson 04 checkers accept the reference solutions and reject wrong answers."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from helpers.checks import CHECKERS
+from helpers.transfer import DeviceDataLoader
+
+CPU = torch.device("cpu")
+META = torch.device("meta")
+TESTED = {"04_one_hot", "04_device_loader"}
+
+
+def test_every_lesson_04_checker_is_tested():
+    assert {k for k in CHECKERS if k.startswith("04_")} == TESTED
+
+
+def reference_one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    out = labels.new_zeros(len(labels), num_classes, dtype=torch.float32)  # (B, num_classes)
+    return out.scatter_(1, labels[:, None], 1.0)
+
+
+def test_one_hot_references(capsys):
+    assert CHECKERS["04_one_hot"](reference_one_hot) is True
+    assert CHECKERS["04_one_hot"](lambda y, n: F.one_hot(y, n).float()) is True
+    assert capsys.readouterr().out.count("[pass]") == 2
+
+
+def test_one_hot_wrong_answers(capsys):
+    check = CHECKERS["04_one_hot"]
+    assert check(None) is False
+
+    def on_the_cpu(labels, n):  # ignores where labels live
+        return torch.zeros(len(labels), n).scatter_(1, labels[:, None], 1.0)
+
+    assert check(on_the_cpu) is False
+    assert "labels.new_zeros" in capsys.readouterr().out
+    assert check(lambda y, n: torch.eye(n)[y]) is False
+    assert check(lambda y, n: F.one_hot(y, n)) is False  # int64, not float32
+    assert check(lambda y, n: reference_one_hot(y, n).flip(1)) is False
+    assert check(lambda y, n: 1 / 0) is False
+    assert "ZeroDivisionError" in capsys.readouterr().out
+    assert check(lambda y, n: [0, 1]) is False
+
+
+def _loader() -> DataLoader:
+    return DataLoader(TensorDataset(torch.randn(10, 1, 28, 28), torch.arange(10)), batch_size=4)
+
+
+def test_device_loader_reference():
+    loader = _loader()
+    assert CHECKERS["04_device_loader"](DeviceDataLoader(loader, CPU), loader, CPU) is True
+    assert CHECKERS["04_device_loader"](DeviceDataLoader(loader, META), loader, META) is True
+
+
+def test_device_loader_wrong_answers(capsys):
+    check = CHECKERS["04_device_loader"]
+    loader = _loader()
+    assert check(None, loader, CPU) is False
+    assert check(loader, loader, CPU) is False  # not wrapped
+    assert "DeviceDataLoader" in capsys.readouterr().out
+    assert check(DeviceDataLoader(loader, CPU), loader, META) is False  # wrong device
+    assert check(DeviceDataLoader(_loader_of(5), META), loader, META) is False  # other length
+    assert check(42, loader, CPU) is False
+    assert check([["not a tensor"]] * 3, loader, CPU) is False
+
+
+def _loader_of(n: int) -> DataLoader:
+    return DataLoader(TensorDataset(torch.arange(float(n))), batch_size=1)

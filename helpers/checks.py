@@ -71,7 +71,108 @@ def check_zeros_on_device(x: torch.Tensor | None, device: torch.device) -> bool:
 
 # --- lesson 01 -------------------------------------------------------------------------------------------------
 
+
+@exercise("01_move_with_dtype")
+def check_moved_copy(moved: torch.Tensor | None, values: list | None, data: torch.Tensor, device: torch.device) -> bool:
+    """Lesson 01: ``data`` on ``device`` as float64 in one ``.to`` call, and its values back as a Python list."""
+    name = "move with a dtype"
+    if _unanswered(name, moved, values):
+        return False
+    if not isinstance(moved, torch.Tensor):
+        return _verdict(name, False, f"moved should be a tensor, got {type(moved).__name__}")
+    if not _same_device(moved.device, device):
+        return _verdict(name, False, f"moved lives on {moved.device}, not on {device}: did you reassign the result?")
+    if moved.dtype != torch.float64:
+        return _verdict(name, False, f"moved has dtype {moved.dtype}; pass torch.float64 too: x.to(device, dtype)")
+    if tuple(moved.shape) != tuple(data.shape):
+        return _verdict(name, False, f"moved has shape {tuple(moved.shape)}, data has {tuple(data.shape)}")
+    if not isinstance(values, list):
+        return _verdict(name, False, f"values should be a Python list (.tolist()), got {type(values).__name__}")
+    if values != data.double().tolist():
+        return _verdict(name, False, "values differ from data; read them back from moved with .tolist()")
+    if moved.device.type != "meta" and not torch.equal(moved.cpu(), data.double()):
+        return _verdict(name, False, "moved holds other numbers than data")
+    return _verdict(name, True, "")
+
+
+@exercise("01_copy_bandwidth")
+def check_bandwidth(gb_per_s: float | None, x: torch.Tensor, seconds: float) -> bool:
+    """Lesson 01: the bandwidth of copying ``x`` in ``seconds``, in GB/s (1e9 bytes per second)."""
+    name = "copy bandwidth"
+    if _unanswered(name, gb_per_s):
+        return False
+    if not isinstance(gb_per_s, (int, float)) or isinstance(gb_per_s, bool):
+        return _verdict(name, False, f"expected a number, got {type(gb_per_s).__name__}")
+    expected = x.numel() * x.element_size() / seconds / 1e9
+    if abs(gb_per_s - expected) > 0.01 * expected:
+        return _verdict(name, False, "bandwidth = bytes / seconds / 1e9, and bytes = numel() * element_size()")
+    return _verdict(name, True, "")
+
+
 # --- lesson 02 -------------------------------------------------------------------------------------------------
+
+
+def _parse_mismatch(message: str) -> tuple[str, str] | None:
+    """(argument, its device) from a device-mismatch message that names the argument, in either wording."""
+    import re  # only this checker needs it
+
+    if m := re.search(r"but got (\w+) is on (\S+), different from other tensors on (\S+) \(", message):
+        return m.group(1), m.group(2)
+    if m := re.search(r"at least two devices, (\S+) and (\S+)! \(when checking argument for argument (\w+)", message):
+        return m.group(3), m.group(2)
+    return None
+
+
+@exercise("02_read_the_error")
+def check_error_reading(argument: str | None, argument_device: str | None, message: str) -> bool:
+    """Lesson 02: which argument the mismatch message names, and the device that argument is on."""
+    name = "read the error"
+    if _unanswered(name, argument, argument_device):
+        return False
+    truth = _parse_mismatch(message)
+    if truth is None:
+        return _verdict(name, False, "this message names no argument; pick one from the lesson")
+    if str(argument).strip() != truth[0]:
+        return _verdict(name, False, f"{argument!r} is not the argument: look for the word after 'but got'")
+    if str(argument_device).strip() != truth[1]:
+        return _verdict(name, False, f"{truth[0]} is not on {argument_device!r}: look for the device after 'is on'")
+    return _verdict(name, True, "")
+
+
+def _leaves(batch: Any) -> list[Any]:
+    if isinstance(batch, dict):
+        return [leaf for key in sorted(batch, key=str) for leaf in _leaves(batch[key])]
+    if isinstance(batch, (list, tuple)):
+        return [leaf for item in batch for leaf in _leaves(item)]
+    return [batch]
+
+
+@exercise("02_batch_on_device")
+def check_batch_on_device(moved: Any, original: Any, device: torch.device) -> bool:
+    """Lesson 02: every tensor of a nested batch on ``device``, same structure, shapes and values as ``original``."""
+    name = "whole batch on the device"
+    if _unanswered(name, moved):
+        return False
+    if type(moved) is not type(original):
+        return _verdict(name, False, f"expected a {type(original).__name__}, got {type(moved).__name__}")
+    got, want = _leaves(moved), _leaves(original)
+    if len(got) != len(want):
+        return _verdict(name, False, f"the batch has {len(want)} leaves, your answer {len(got)}")
+    for g, w in zip(got, want, strict=True):
+        if not isinstance(w, torch.Tensor):
+            if g != w:
+                return _verdict(name, False, f"a non-tensor value changed: {w!r} became {g!r}")
+            continue
+        if not isinstance(g, torch.Tensor):
+            return _verdict(name, False, f"a tensor became a {type(g).__name__}")
+        if not _same_device(g.device, device):
+            return _verdict(name, False, f"a tensor of shape {tuple(g.shape)} is still on {g.device}, not {device}")
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return _verdict(name, False, f"a tensor changed shape or dtype: {tuple(w.shape)} {w.dtype}")
+        if g.device.type != "meta" and w.device.type != "meta" and not torch.equal(g.cpu(), w.cpu()):
+            return _verdict(name, False, "a tensor holds other values than the original")
+    return _verdict(name, True, "")
+
 
 # --- lesson 03 -------------------------------------------------------------------------------------------------
 

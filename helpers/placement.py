@@ -1,0 +1,178 @@
+"""Where does every tensor live? A table of a model's parameters, buffers and plain tensor attributes, and of every
+tensor in a nested batch, with the odd ones out named: the usual cause of a device-mismatch error.
+
+Also the stand-in devices lesson 02 uses to raise mismatch errors on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+KINDS = ("parameter", "buffer", "attribute", "batch")
+"""What a tensor is to its owner; "attribute" is a plain tensor attribute of a module, which ``.to()`` leaves behind."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One tensor: its name (``model.fc.weight``, ``batch['labels']``), what it is, and where it lives."""
+
+    name: str
+    kind: str
+    device: torch.device
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+def _shape(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(int(s) for s in t.shape)
+
+
+def batch_tensors(batch: Any, prefix: str = "batch") -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor inside a nested batch (dicts, lists, tuples, named tuples), with the path that reaches it."""
+    if isinstance(batch, torch.Tensor):
+        yield prefix, batch
+    elif isinstance(batch, Mapping):
+        for key, value in batch.items():
+            yield from batch_tensors(value, f"{prefix}[{key!r}]")
+    elif isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a named tuple reads better by field name
+        for field_name, value in zip(batch._fields, batch, strict=True):
+            yield from batch_tensors(value, f"{prefix}.{field_name}")
+    elif isinstance(batch, (list, tuple)):
+        for i, value in enumerate(batch):
+            yield from batch_tensors(value, f"{prefix}[{i}]")
+    # anything else (numbers, strings, None) holds no tensor and is skipped
+
+
+def module_tensors(module: nn.Module, prefix: str = "model") -> Iterator[tuple[str, str, torch.Tensor]]:
+    """(name, kind, tensor) for every parameter, buffer and plain tensor attribute of ``module`` and its children."""
+    for name, param in module.named_parameters():
+        yield f"{prefix}.{name}", "parameter", param
+    for name, buf in module.named_buffers():
+        yield f"{prefix}.{name}", "buffer", buf
+    for sub_name, sub in module.named_modules():
+        # Registered parameters and buffers live in _parameters/_buffers, so vars() shows only the unregistered ones.
+        for attr, value in vars(sub).items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+                yield f"{prefix}.{sub_name + '.' if sub_name else ''}{attr}", "attribute", value
+
+
+def placements(model: nn.Module | None = None, batch: Any = None, **more: Any) -> list[Placement]:
+    """Where each tensor of ``model``, ``batch`` and any named extra modules or batches (``loss_fn=...``) lives."""
+    sources = {"model": model, "batch": batch, **more}
+    found = []
+    for prefix, source in sources.items():
+        if source is None:
+            continue
+        if isinstance(source, nn.Module):
+            entries = module_tensors(source, prefix)
+        else:
+            entries = ((name, "batch", t) for name, t in batch_tensors(source, prefix))
+        found += [Placement(name, kind, t.device, _shape(t), t.dtype) for name, kind, t in entries]
+    return found
+
+
+def _matches(device: torch.device, expected: torch.device) -> bool:
+    """``cuda`` (no index) matches every CUDA device; ``cuda:1`` only itself."""
+    return device.type == expected.type and (expected.index is None or device.index == expected.index)
+
+
+def majority_device(entries: list[Placement]) -> torch.device | None:
+    """The device most tensors are on; a tie goes to the device seen first (a model's parameters come first)."""
+    if not entries:
+        return None
+    counts = Counter(e.device for e in entries)
+    best = max(counts.values())
+    return next(e.device for e in entries if counts[e.device] == best)
+
+
+def odd_ones_out(entries: list[Placement], expected: str | torch.device | None = None) -> list[Placement]:
+    """The entries not on ``expected`` (default: the majority device)."""
+    target = torch.device(expected) if expected is not None else majority_device(entries)
+    if target is None:
+        return []
+    return [e for e in entries if not _matches(e.device, target)]
+
+
+def format_placements(entries: list[Placement], expected: str | torch.device | None = None) -> str:
+    """A plain-text table, one row per tensor, the odd ones out marked with ``<-``."""
+    if not entries:
+        return "(no tensors)"
+    odd = {id(e) for e in odd_ones_out(entries, expected)}
+    rows = [("name", "kind", "device", "shape", "dtype")]
+    rows += [(e.name, e.kind, str(e.device), str(e.shape), str(e.dtype).removeprefix("torch.")) for e in entries]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = []
+    for i, row in enumerate(rows):
+        line = "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+        lines.append(line + "  <- odd one out" if i > 0 and id(entries[i - 1]) in odd else line.rstrip())
+    return "\n".join(lines)
+
+
+def report(
+    model: nn.Module | None = None, batch: Any = None, expected: str | torch.device | None = None, **more: Any
+) -> list[Placement]:
+    """Print the table and a verdict naming the odd ones out; return them (empty when all agree)."""
+    entries = placements(model, batch, **more)
+    target = torch.device(expected) if expected is not None else majority_device(entries)
+    odd = odd_ones_out(entries, target)
+    print(format_placements(entries, target))
+    if target is None:
+        print("No tensors found.")
+    elif odd:
+        names = ", ".join(f"{e.name} ({e.device})" for e in odd)
+        how = "expected" if expected is not None else "where most tensors are"
+        print(f"Not on {target} ({how}): {names}")
+    else:
+        print(f"All {len(entries)} tensors are on {target}.")
+    return odd
+
+
+# --- stand-ins for a GPU, for raising mismatch errors on a machine without one ------------------------------------
+
+
+def gpu_or_meta() -> torch.device:
+    """The first CUDA GPU when one is visible, else the ``meta`` device (shapes, no data) as a stand-in."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("meta")
+
+
+_FAKE_MODE: Any = None
+
+
+def _fake_mode() -> Any:
+    """One FakeTensorMode per process, so fake tensors made in one ``with`` block can be used in the next."""
+    global _FAKE_MODE
+    if _FAKE_MODE is None:
+        from torch._subclasses.fake_tensor import FakeTensorMode  # a private module: imported only when needed
+
+        _FAKE_MODE = FakeTensorMode(allow_non_fake_inputs=True)
+    return _FAKE_MODE
+
+
+@contextlib.contextmanager
+def cuda_or_fake() -> Iterator[torch.device]:
+    """Yield a CUDA device: the real GPU when one is visible, else fake CUDA tensors (FakeTensorMode) inside the block.
+
+    Fake tensors carry a device, shape and dtype but no data, and PyTorch checks their devices the way the CUDA
+    kernels do; a module built outside the block can be moved to the fake GPU inside it (backward cannot run on
+    fake CUDA tensors without a GPU, forward can). Their mismatch error is a subclass of RuntimeError; it is
+    re-raised as the plain RuntimeError a GPU raises, with PyTorch's message unchanged.
+    """
+    if torch.cuda.is_available():
+        yield torch.device("cuda", torch.cuda.current_device())
+        return
+    try:
+        with _fake_mode():
+            yield torch.device("cuda", 0)
+    except RuntimeError as err:
+        if type(err).__name__ == "FakeTensorDeviceMismatchError":
+            raise RuntimeError(str(err)) from None
+        raise

@@ -1,0 +1,37 @@
+"""Lesson 01 checkers: each accepts the reference solution and rejects wrong answers."""
+
+import torch
+
+from helpers.checks import CHECKERS
+
+DEVICE = torch.device("cpu")
+TESTED = {"01_move_with_dtype", "01_copy_bandwidth"}
+
+
+def test_every_lesson_01_checker_is_tested():
+    assert {k for k in CHECKERS if k.startswith("01_")} == TESTED
+
+
+def test_move_with_dtype():
+    check = CHECKERS["01_move_with_dtype"]
+    data = torch.tensor([1, 2, 3, 4])
+    moved = data.to(DEVICE, torch.float64)
+    assert check(moved, moved.tolist(), data, DEVICE) is True
+    assert check(None, None, data, DEVICE) is False  # unanswered
+    assert check(data.to(DEVICE), data.tolist(), data, DEVICE) is False  # dtype not changed
+    assert check(moved, moved, data, DEVICE) is False  # a tensor, not a list
+    assert check(moved, [1.0, 2.0, 3.0, 5.0], data, DEVICE) is False  # wrong values
+    assert check(moved, moved.tolist(), data, torch.device("meta")) is False  # not on the requested device
+    on_meta = data.to("meta", torch.float64)
+    assert check(on_meta, data.double().tolist(), data, torch.device("meta")) is True
+
+
+def test_copy_bandwidth():
+    check = CHECKERS["01_copy_bandwidth"]
+    x = torch.ones(1024, 1024)
+    right = x.numel() * x.element_size() / 0.002 / 1e9
+    assert check(right, x, 0.002) is True
+    assert check(None, x, 0.002) is False
+    assert check(x.numel() / 0.002 / 1e9, x, 0.002) is False  # forgot the bytes per element
+    assert check(right * 8, x, 0.002) is False  # gigabits, not gigabytes
+    assert check("2.1", x, 0.002) is False

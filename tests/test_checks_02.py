@@ -1,0 +1,68 @@
+"""Lesson 02 checkers: each accepts the reference solution and rejects wrong answers."""
+
+import torch
+
+from helpers.checks import CHECKERS
+
+TESTED = {"02_read_the_error", "02_batch_on_device"}
+NEW = (
+    "Expected all tensors to be on the same device, but got mat1 is on cpu, different from other tensors on "
+    "cuda:0 (when checking argument in method wrapper_CUDA_addmm)"
+)
+OLD = (
+    "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu! "
+    "(when checking argument for argument target in method wrapper_CUDA_nll_loss_forward)"
+)
+
+
+def test_every_lesson_02_checker_is_tested():
+    assert {k for k in CHECKERS if k.startswith("02_")} == TESTED
+
+
+def test_read_the_error():
+    check = CHECKERS["02_read_the_error"]
+    assert check("mat1", "cpu", NEW) is True
+    assert check(None, None, NEW) is False
+    assert check("mat2", "cpu", NEW) is False  # wrong argument
+    assert check("mat1", "cuda:0", NEW) is False  # the other tensors' device
+    assert check("target", "cpu", OLD) is True  # the older wording
+    assert check("target", "cuda:0", OLD) is False
+    no_argument = "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+    assert check("x", "cpu", no_argument) is False
+
+
+def _batch():
+    return {
+        "images": torch.randn(4, 1, 28, 28),
+        "targets": {"labels": torch.tensor([1, 0, 3, 2]), "weights": torch.ones(4)},
+        "split": "train",
+    }
+
+
+def _move(obj, target):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(target)
+    if isinstance(obj, dict):
+        return {k: _move(v, target) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_move(v, target) for v in obj)
+    return obj
+
+
+def test_batch_on_device():
+    check = CHECKERS["02_batch_on_device"]
+    batch, meta = _batch(), torch.device("meta")
+    assert check(_move(batch, meta), batch, meta) is True
+    assert check(_move(batch, "cpu"), batch, torch.device("cpu")) is True
+    assert check(None, batch, meta) is False
+    assert check(batch, batch, meta) is False  # nothing moved
+    partly = _move(batch, meta)
+    partly["targets"]["labels"] = batch["targets"]["labels"]  # one nested tensor left behind
+    assert check(partly, batch, meta) is False
+    changed = _move(batch, meta)
+    changed["split"] = "test"
+    assert check(changed, batch, meta) is False
+    assert check(list(_move(batch, meta).values()), batch, meta) is False  # structure changed
+    wrong_values = _move(batch, "cpu")
+    wrong_values["images"] = torch.zeros(4, 1, 28, 28)
+    assert check(wrong_values, batch, torch.device("cpu")) is False

@@ -1,0 +1,129 @@
+"""Unit tests of helpers.placement: the table of where tensors live, the odd ones out, and the GPU stand-ins."""
+
+from collections import namedtuple
+
+import pytest
+import torch
+from torch import nn
+
+from helpers import placement
+
+Pair = namedtuple("Pair", ["inputs", "targets"])
+
+
+class WithAttribute(nn.Module):
+    """A module with a parameter, a buffer and a plain tensor attribute that .to() leaves behind."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+        self.register_buffer("scale", torch.ones(2))
+        self.mask = torch.ones(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) * self.scale * self.mask
+
+
+def test_batch_tensors_walks_nested_containers_and_skips_other_leaves():
+    batch = {
+        "x": torch.zeros(2),
+        "more": [torch.ones(1), ("text", 3, None, torch.ones(4))],
+        "pair": Pair(1, torch.ones(5)),
+    }
+    names = [name for name, _ in placement.batch_tensors(batch)]
+    assert names == ["batch['x']", "batch['more'][0]", "batch['more'][1][3]", "batch['pair'].targets"]
+
+
+def test_placements_lists_parameters_buffers_attributes_and_batch():
+    model = WithAttribute()
+    entries = placement.placements(model, {"x": torch.zeros(4, 3)}, loss_fn=nn.CrossEntropyLoss(weight=torch.ones(2)))
+    kinds = {e.name: e.kind for e in entries}
+    assert kinds == {
+        "model.fc.weight": "parameter",
+        "model.fc.bias": "parameter",
+        "model.scale": "buffer",
+        "model.mask": "attribute",
+        "batch['x']": "batch",
+        "loss_fn.weight": "buffer",
+    }
+    by_name = {e.name: e for e in entries}
+    assert by_name["model.fc.weight"].shape == (2, 3)
+    assert by_name["batch['x']"].dtype == torch.float32
+
+
+def test_plain_attribute_left_behind_is_the_odd_one_out():
+    model = WithAttribute().to("meta")  # .to() moves parameters and buffers, not the plain attribute
+    odd = placement.odd_ones_out(placement.placements(model))
+    assert [e.name for e in odd] == ["model.mask"]
+    assert odd[0].device == torch.device("cpu")
+
+
+def test_majority_device_and_tie_goes_to_first_seen():
+    meta, cpu = torch.device("meta"), torch.device("cpu")
+    entries = placement.placements(batch=[torch.ones(1, device="meta"), torch.ones(1)])
+    assert placement.majority_device(entries) == meta
+    entries = placement.placements(batch=[torch.ones(1), torch.ones(1, device="meta")])
+    assert placement.majority_device(entries) == cpu
+    assert placement.majority_device([]) is None
+
+
+def test_expected_device_overrides_majority():
+    entries = placement.placements(batch={"a": torch.ones(1), "b": torch.ones(1), "c": torch.ones(1, device="meta")})
+    assert [e.name for e in placement.odd_ones_out(entries)] == ["batch['c']"]
+    assert [e.name for e in placement.odd_ones_out(entries, "meta")] == ["batch['a']", "batch['b']"]
+    assert placement.odd_ones_out(entries, "cpu") == [e for e in entries if e.name == "batch['c']"]
+
+
+def test_report_prints_table_and_names_odd_ones(capsys):
+    model = nn.Linear(2, 2).to("meta")
+    odd = placement.report(model, {"x": torch.ones(1, 2, device="meta"), "y": torch.zeros(1, dtype=torch.long)})
+    out = capsys.readouterr().out
+    assert [e.name for e in odd] == ["batch['y']"]
+    lines = out.splitlines()
+    assert lines[0].split() == ["name", "kind", "device", "shape", "dtype"]
+    marked = [line for line in lines if "<- odd one out" in line]
+    assert len(marked) == 1 and marked[0].startswith("batch['y']") and "cpu" in marked[0] and "int64" in marked[0]
+    assert "Not on meta" in lines[-1] and "batch['y'] (cpu)" in lines[-1]
+
+
+def test_report_all_on_one_device_and_empty(capsys):
+    assert placement.report(nn.Linear(2, 2)) == []
+    assert "All 2 tensors are on cpu." in capsys.readouterr().out
+    assert placement.report() == []
+    out = capsys.readouterr().out
+    assert "(no tensors)" in out and "No tensors found." in out
+
+
+def test_cuda_without_index_matches_any_cuda_index():
+    entry = placement.Placement("t", "batch", torch.device("cuda", 1), (1,), torch.float32)
+    assert placement.odd_ones_out([entry], "cuda") == []
+    assert placement.odd_ones_out([entry], "cuda:0") == [entry]
+
+
+def test_gpu_or_meta_without_gpu_is_meta():
+    if torch.cuda.is_available():
+        assert placement.gpu_or_meta().type == "cuda"
+    else:
+        assert placement.gpu_or_meta() == torch.device("meta")
+
+
+def test_cuda_or_fake_raises_plain_runtime_error_with_cuda_message():
+    with pytest.raises(RuntimeError) as info, placement.cuda_or_fake() as gpu:
+        torch.ones(3, device=gpu) + torch.ones(3)
+    assert type(info.value) is RuntimeError  # not a subclass: the type a GPU raises
+    assert "Expected all tensors to be on the same device" in str(info.value)
+    assert "cuda:0" in str(info.value) and "cpu" in str(info.value)
+
+
+def test_cuda_or_fake_allows_cpu_scalars_and_moves_modules():
+    layer = nn.Linear(3, 2)
+    with placement.cuda_or_fake() as gpu:
+        t = torch.ones(3, device=gpu) * torch.tensor(2.0)
+        layer = layer.to(gpu)
+        out = layer(torch.ones(4, 3).to(gpu))
+    assert t.device.type == "cuda" and out.device.type == "cuda" and tuple(out.shape) == (4, 2)
+
+
+def test_cuda_or_fake_passes_other_errors_through():
+    with pytest.raises(ValueError, match="not a mismatch"), placement.cuda_or_fake():
+        raise ValueError("not a mismatch")

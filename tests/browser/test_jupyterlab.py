@@ -1,0 +1,253 @@
+"""Every lesson runs in JupyterLab, in a real browser, as a learner would run it.
+
+A JupyterLab server starts on 127.0.0.1 (a free port, a random token) over a copy of the notebooks; Debian's chromium,
+driven headless by Playwright, opens each notebook, runs Run > Run All Cells, waits for the kernel to go idle, and
+checks what the learner sees: no error output outside cells tagged ``raises-exception``, progress bars drawn as
+widgets (no "IProgress not found"), matplotlib figures drawn as images. A screenshot of each notebook goes to
+build/screenshots/. A small notebook built here checks the checks: it must show a widget, an image and an error.
+
+Opt-in, because it needs a browser and runs every lesson again: ``COURSE_BROWSER=1 pytest tests/browser``.
+Needs ``pip install playwright`` and ``apt-get install chromium`` (``COURSE_CHROMIUM`` names another binary);
+Playwright's own browser download is never used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from helpers import course
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+SCREENSHOTS = ROOT / "build" / "screenshots"
+CHROMIUM = os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+RUN_TIMEOUT_S = 600
+SMOKE = "smoke_widgets_figures_errors.ipynb"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+pytestmark = [
+    pytest.mark.notebooks,
+    pytest.mark.skipif(os.environ.get("COURSE_BROWSER") != "1", reason="browser test: set COURSE_BROWSER=1"),
+]
+
+# JupyterLab user settings for the run: every cell stays in the page (by default JupyterLab 4 detaches cells
+# scrolled out of view, which would hide their outputs from the checks), and no news or update checks go out.
+LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},
+}
+
+
+def smoke_notebook() -> nbformat.NotebookNode:
+    """A notebook with one progress bar, one figure and one expected error, to prove the checks see each."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    raising = nbformat.v4.new_code_cell('raise ValueError("expected: this cell is tagged raises-exception")')
+    raising.metadata["tags"] = ["raises-exception"]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Smoke test: widget, figure, expected error"),
+        nbformat.v4.new_code_cell("from tqdm.auto import tqdm\n\nfor _ in tqdm(range(3), desc='progress'):\n    pass"),
+        nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\n\nplt.plot([1, 3, 2])\nplt.show()"),
+        raising,
+        nbformat.v4.new_code_cell("print('after the error')"),
+    ]
+    return nb
+
+
+def notebooks_to_run() -> list[str]:
+    return [SMOKE] + [p.name for p in course.find_notebooks(ROOT / "notebooks")]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class Lab:
+    url: str
+    token: str
+    served: Path
+
+    def notebook_url(self, name: str) -> str:
+        """The notebook alone in a fresh workspace, so no layout from an earlier page is restored."""
+        return f"{self.url}/lab/workspaces/w{secrets.token_hex(4)}/tree/{name}?reset&token={self.token}"
+
+    def shut_down_kernels(self) -> None:
+        """End every session, so kernels of finished notebooks do not hold memory while the next one runs."""
+        headers = {"Authorization": f"token {self.token}"}
+        with urllib.request.urlopen(urllib.request.Request(f"{self.url}/api/sessions", headers=headers)) as reply:
+            sessions = json.load(reply)
+        for session in sessions:
+            end = f"{self.url}/api/sessions/{session['id']}"
+            urllib.request.urlopen(urllib.request.Request(end, headers=headers, method="DELETE")).close()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """A JupyterLab server over a copy of the notebooks."""
+    base = tmp_path_factory.mktemp("lab")
+    served = base / "notebooks"
+    served.mkdir()
+    for path in course.find_notebooks(ROOT / "notebooks"):
+        shutil.copy(path, served / path.name)  # JupyterLab saves what it runs: never the committed files
+    nbformat.write(smoke_notebook(), served / SMOKE)
+    for name, values in LAB_SETTINGS.items():
+        (base / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
+        (base / "settings" / name).write_text(json.dumps(values), encoding="utf-8")
+    port, token = free_port(), secrets.token_hex(16)
+    env = {
+        **os.environ,
+        **course.CHECK_ENV,  # COURSE_QUICK=1, COURSE_DATASET=FashionMNIST: the lessons' quick, offline settings
+        "COURSE_DATA_DIR": os.environ.get("COURSE_DATA_DIR", str(ROOT / "data")),
+        "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
+        "JUPYTER_CONFIG_DIR": str(base / "config"),
+        "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+    }
+    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+               f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+               f"--ServerApp.root_dir={served}", "--allow-root", "--LabApp.extension_manager=readonly"]
+    log = open(base / "server.log", "wb")  # noqa: SIM115 (closed after the server stops)
+    server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=5) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not start:\n{(base / 'server.log').read_text(errors='replace')}")
+                time.sleep(0.5)
+        yield Lab(url, token, served)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no chromium at {CHROMIUM}: apt-get install -y chromium (or set COURSE_CHROMIUM)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield chromium
+        chromium.close()
+
+
+# Counts what the page shows, in one pass over the DOM (every cell is attached: windowingMode "none").
+PAGE_STATE = """() => {
+  const prompts = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputArea-prompt')];
+  const outputs = [...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output')];
+  const indicator = document.querySelector('.jp-Notebook-ExecutionIndicator');
+  return {
+    prompts: prompts.map(p => p.textContent.trim()),
+    kernel: indicator ? indicator.getAttribute('data-status') : null,
+    images: document.querySelectorAll('.jp-Notebook .jp-RenderedImage img').length,
+    progress: document.querySelectorAll('.jp-Notebook .widget-hprogress, .jp-Notebook .widget-vprogress').length,
+    text: outputs.map(o => o.innerText).join('\\n'),
+  };
+}"""
+
+
+def wait_until_idle(page, timeout_s: float, polls: int = 3) -> dict:
+    """Poll the page until no cell is queued or running and the kernel has been idle for ``polls`` seconds."""
+    deadline, idle_polls = time.monotonic() + timeout_s, 0
+    while time.monotonic() < deadline:
+        state = page.evaluate(PAGE_STATE)
+        busy = any("*" in p for p in state["prompts"]) or state["kernel"] != "idle"
+        idle_polls = 0 if busy else idle_polls + 1
+        if idle_polls >= polls:
+            return state
+        page.wait_for_timeout(1000)
+    raise AssertionError(f"not idle after {timeout_s} s: kernel {state['kernel']}, prompts {state['prompts']}")
+
+
+def run_all(page) -> None:
+    """Run > Run All Cells, as a learner would; again if the kernel was still connecting and nothing started."""
+    for _ in range(3):
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+        for _ in range(20):
+            if any("*" in p or any(ch.isdigit() for ch in p) for p in page.evaluate(PAGE_STATE)["prompts"]):
+                return
+            page.wait_for_timeout(500)
+        wait_until_idle(page, 60)
+    raise AssertionError("Run All Cells started nothing")
+
+
+def saved_outputs(path: Path) -> dict:
+    """What the saved notebook holds: unexpected errors, stderr text, widget and image outputs, figure reprs."""
+    nb = nbformat.read(path, as_version=4)
+    found = {"errors": [], "stderr": "", "widgets": 0, "images": 0, "bare_figures": 0}
+    for index, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if out.output_type == "error" and "raises-exception" not in cell.metadata.get("tags", []):
+                found["errors"].append(f"cell {index}: {out.ename}: {out.evalue}")
+            if out.output_type == "stream" and out.name == "stderr":
+                found["stderr"] += out.text
+            found["widgets"] += WIDGET_MIME in data
+            found["images"] += "image/png" in data
+            found["bare_figures"] += "<Figure size" in data.get("text/plain", "") and "image/png" not in data
+    return found
+
+
+@pytest.mark.parametrize("name", notebooks_to_run())
+def test_notebook_runs_in_jupyterlab(name: str, lab: Lab, browser) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    try:
+        page.goto(lab.notebook_url(name))
+        page.locator(".jp-NotebookPanel").first.wait_for(state="visible", timeout=120_000)
+        wait_until_idle(page, 120)  # the kernel has started (it goes idle, connecting, idle)
+        run_all(page)
+        state = wait_until_idle(page, RUN_TIMEOUT_S)
+        page.keyboard.press("Control+s")
+        page.get_by_text("Saving completed").first.wait_for(timeout=60_000)
+        first = page.locator(".jp-RenderedImage img, .jp-Notebook .jupyter-widgets").first
+        if first.count():
+            first.scroll_into_view_if_needed()
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"{Path(name).stem}.png"))
+    finally:
+        page.close()
+        lab.shut_down_kernels()
+
+    saved = saved_outputs(lab.served / name)
+    unrun = [p for p in state["prompts"] if not any(ch.isdigit() for ch in p)]
+    assert not unrun, f"cells never ran (Run All stopped early?): {state['prompts']}"
+    assert saved["errors"] == [], "unexpected error output"
+    for text in (state["text"], saved["stderr"]):
+        assert "IProgress not found" not in text, "progress bars fell back to text: ipywidgets is missing"
+        assert "Error displaying widget" not in text
+    assert state["progress"] >= saved["widgets"], "a progress-bar widget was saved but not drawn"
+    assert state["images"] >= saved["images"], "a figure was saved but not drawn as an image"
+    assert saved["bare_figures"] == 0, "a figure printed as text instead of an image"
+    if name == SMOKE:  # the checks above can see each kind of output
+        assert saved["widgets"] >= 1 and state["progress"] >= 1 and state["images"] >= 1
+        assert "after the error" in state["text"] and "expected: this cell" in state["text"]

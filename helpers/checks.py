@@ -302,3 +302,49 @@ def check_device_loader(wrapped: Any, loader: Any, device: torch.device) -> bool
 # --- lesson 07 -------------------------------------------------------------------------------------------------
 
 # --- lesson 08 -------------------------------------------------------------------------------------------------
+
+
+@exercise("08_channels_last")
+def check_channels_last(images_cl: torch.Tensor | None, images: torch.Tensor) -> bool:
+    """Lesson 08: ``images`` (B, C, H, W) converted to the channels_last memory format, shape and values unchanged."""
+    name = "channels_last"
+    if _unanswered(name, images_cl):
+        return False
+    if not isinstance(images_cl, torch.Tensor):
+        return _verdict(name, False, f"expected a torch.Tensor, got {type(images_cl).__name__}")
+    if images_cl.shape != images.shape:
+        return _verdict(
+            name,
+            False,
+            f"shape is {tuple(images_cl.shape)}, expected {tuple(images.shape)}: channels_last changes the order "
+            "in memory, not the shape (no permute)",
+        )
+    if not _same_device(images_cl.device, images.device):
+        return _verdict(name, False, f"it lives on {images_cl.device}, not on {images.device} like the input")
+    if not images_cl.is_contiguous(memory_format=torch.channels_last):
+        return _verdict(name, False, "not channels_last in memory; use .contiguous(memory_format=torch.channels_last)")
+    return _verdict(name, torch.equal(images_cl, images), "the values differ from the input's")
+
+
+@exercise("08_autocast_dtypes")
+def check_autocast_dtypes(
+    output_dtype: torch.dtype | None, weight_dtype: torch.dtype | None, autocast_dtype: torch.dtype
+) -> bool:
+    """Lesson 08: inside autocast a linear layer computes in ``autocast_dtype`` while its weight stays float32."""
+    name = "autocast dtypes"
+    if _unanswered(name, output_dtype, weight_dtype):
+        return False
+    if not isinstance(output_dtype, torch.dtype) or not isinstance(weight_dtype, torch.dtype):
+        return _verdict(name, False, "answer with dtypes, e.g. out.dtype and layer.weight.dtype")
+    if output_dtype != autocast_dtype:
+        return _verdict(
+            name, False, f"output dtype {output_dtype}: inside autocast a linear layer's output is {autocast_dtype}"
+        )
+    if weight_dtype != torch.float32:
+        return _verdict(
+            name,
+            False,
+            f"weight dtype {weight_dtype}: autocast casts copies for the computation; the weight itself "
+            "is not converted",
+        )
+    return _verdict(name, True, "")

@@ -49,3 +49,77 @@ def plot_copy_bandwidth(
 # --- lesson 07 -------------------------------------------------------------------------------------------------
 
 # --- lesson 08 -------------------------------------------------------------------------------------------------
+
+
+def plot_hbars(
+    labels: list[str],
+    values: list[float],
+    xlabel: str,
+    title: str = "",
+    fmt: str = "{:.3g}",
+    log: bool = False,
+    ax: plt.Axes | None = None,
+) -> plt.Axes:
+    """Horizontal bars, the first label on top, each bar annotated with its value formatted by ``fmt``."""
+    ax = new_axes(ax, figsize=(6.4, 0.5 + 0.45 * len(labels)))
+    positions = list(range(len(labels)))[::-1]
+    ax.barh(positions, values, color="tab:blue")
+    for y, value in zip(positions, values, strict=True):
+        ax.annotate(fmt.format(value), (value, y), xytext=(3, 0), textcoords="offset points", va="center")
+    ax.set_yticks(positions, labels)
+    if log:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.margins(x=0.2)
+    ax.set_title(title)
+    return ax
+
+
+def plot_speedups(
+    labels: list[str],
+    images_per_s: list[float],
+    kept: list[bool],
+    title: str = "Training-step throughput, one change at a time",
+    ax: plt.Axes | None = None,
+) -> plt.Axes:
+    """Images/s of each variant of a step, top to bottom; kept changes solid, dropped ones hatched and grey.
+
+    Each bar is labelled with its throughput and its speed-up over the first (the baseline).
+    """
+    ax = new_axes(ax, figsize=(7.0, 0.6 + 0.45 * len(labels)))
+    positions = list(range(len(labels)))[::-1]
+    for y, rate, ok in zip(positions, images_per_s, kept, strict=True):
+        ax.barh(y, rate, color="tab:green" if ok else "lightgrey", hatch=None if ok else "//", edgecolor="grey")
+        text = f"{rate:,.0f} ({rate / images_per_s[0]:.2f}x)"
+        ax.annotate(text, (rate, y), xytext=(3, 0), textcoords="offset points", va="center")
+    ax.set_yticks(positions, labels)
+    ax.set_xlabel("images per second (median of repeats)")
+    ax.margins(x=0.3)
+    ax.set_title(title)
+    return ax
+
+
+def plot_batch_search(
+    tried: list[tuple[int, bool]], limit: int | None = None, title: str = "", ax: plt.Axes | None = None
+) -> plt.Axes:
+    """The batch sizes a largest-batch search tried, in order: green where the step fitted, red where it ran out.
+
+    ``limit``, when known (a simulated budget), is drawn as a dashed line.
+    """
+    ax = new_axes(ax)
+    if limit is not None:
+        ax.axhline(limit, color="grey", linestyle="--", linewidth=1, label=f"limit ({limit})")
+    tries = list(range(1, len(tried) + 1))
+    sizes = [size for size, _ in tried]
+    ax.plot(tries, sizes, color="grey", linewidth=1, zorder=1)
+    for ok, label, color in ((True, "fits", "tab:green"), (False, "out of memory", "tab:red")):
+        points = [(t, s) for t, (s, fit) in zip(tries, tried, strict=True) if fit == ok]
+        if points:
+            ax.scatter(*zip(*points, strict=True), color=color, label=label, zorder=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xticks(tries)
+    ax.set_xlabel("try")
+    ax.set_ylabel("batch size")
+    ax.set_title(title)
+    ax.legend()
+    return ax

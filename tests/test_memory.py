@@ -1,0 +1,150 @@
+"""helpers.memory: the largest-batch search runs against fake step functions, so no GPU is needed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import memory
+
+
+class FakeStep:
+    """A step function that runs out of memory above ``limit`` images, recording every size it was asked for."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.calls: list[int] = []
+
+    def __call__(self, batch_size: int) -> None:
+        self.calls.append(batch_size)
+        if batch_size > self.limit:
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (fake: {batch_size} > {self.limit})")
+
+
+def test_out_of_memory_error_can_be_built_without_a_gpu():
+    error = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert isinstance(error, RuntimeError)
+    assert memory.is_out_of_memory(error)
+    assert not memory.is_out_of_memory(RuntimeError("something else"))
+
+
+def test_halves_until_a_size_fits_without_refining():
+    step = FakeStep(limit=300)
+    result = memory.largest_batch_size(step, 1024, refine=False, clear=lambda: None)
+    assert result.largest == 256
+    assert step.calls == [1024, 512, 256]
+    assert result.tried == [(1024, False), (512, False), (256, True)]
+    assert result.smallest_failure == 512
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 300, 511, 512, 513, 1000])
+def test_refining_finds_the_exact_limit(limit):
+    step = FakeStep(limit=limit)
+    result = memory.largest_batch_size(step, 1024, clear=lambda: None)
+    assert result.largest == limit
+    assert all(ok == (size <= limit) for size, ok in result.tried)
+
+
+def test_resolution_stops_the_refinement_early():
+    step = FakeStep(limit=300)
+    result = memory.largest_batch_size(step, 1024, resolution=32, clear=lambda: None)
+    assert 300 - 32 < result.largest <= 300
+    assert result.smallest_failure - result.largest <= 32
+
+
+def test_start_that_fits_is_the_answer():
+    step = FakeStep(limit=5000)
+    result = memory.largest_batch_size(step, 1024, clear=lambda: None)
+    assert result.largest == 1024
+    assert step.calls == [1024]
+    assert result.smallest_failure is None
+
+
+def test_cache_is_cleared_after_every_try():
+    step = FakeStep(limit=100)
+    cleared = []
+    result = memory.largest_batch_size(step, 1024, clear=lambda: cleared.append(len(step.calls)))
+    assert cleared == list(range(1, len(result.tried) + 1))
+
+
+def test_default_clear_runs_on_cpu():
+    assert memory.largest_batch_size(FakeStep(limit=10), 64).largest == 10
+
+
+def test_nothing_fits_raises_the_out_of_memory_error():
+    step = FakeStep(limit=0)
+    with pytest.raises(torch.cuda.OutOfMemoryError, match="fake: 1 > 0"):
+        memory.largest_batch_size(step, 64, clear=lambda: None)
+    assert step.calls == [64, 32, 16, 8, 4, 2, 1]
+
+
+def test_min_size_is_respected():
+    step = FakeStep(limit=0)
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        memory.largest_batch_size(step, 100, min_size=30, clear=lambda: None)
+    assert step.calls == [100, 50, 30]
+
+
+def test_other_errors_propagate():
+    def broken(batch_size: int) -> None:
+        if batch_size < 100:
+            raise ValueError("shapes do not match")
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    with pytest.raises(ValueError, match="shapes do not match"):
+        memory.largest_batch_size(broken, 256, clear=lambda: None)
+
+    def plain_runtime_error(batch_size: int) -> None:
+        raise RuntimeError("plain runtime error")  # a RuntimeError, but not the out-of-memory subclass
+
+    with pytest.raises(RuntimeError, match="plain runtime error"):
+        memory.largest_batch_size(plain_runtime_error, 8)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"start": 0},
+        {"start": -4},
+        {"start": 2.5},
+        {"start": True},
+        {"start": 8, "min_size": 0},
+        {"start": 8, "min_size": 16},
+        {"start": 8, "resolution": 0},
+    ],
+)
+def test_bad_arguments_raise_value_error(kwargs):
+    with pytest.raises(ValueError):
+        memory.largest_batch_size(FakeStep(limit=4), **kwargs)
+
+
+def test_format_bytes():
+    assert memory.format_bytes(512) == "512 B"
+    assert memory.format_bytes(1536) == "1.5 KiB"
+    assert memory.format_bytes(3 * 2**30) == "3.0 GiB"
+    assert memory.format_bytes(-(2**20)) == "-1.0 MiB"
+
+
+def test_memory_report_on_cpu_says_not_available():
+    assert memory.memory_stats("cpu") is None
+    assert "not available on cpu" in memory.memory_report("cpu")
+    assert memory.memory_report("cpu", "after the step").startswith("after the step: ")
+    memory.reset_peak("cpu")  # a no-op, not an error
+    memory.release_cached_memory("cpu")
+
+
+def test_memory_stats_str_and_cached():
+    stats = memory.MemoryStats(allocated=2**20, reserved=3 * 2**20, peak_allocated=2**21, peak_reserved=2**22)
+    assert stats.cached == 2 * 2**20
+    assert str(stats) == "allocated 1.0 MiB | reserved 3.0 MiB | peak allocated 2.0 MiB | peak reserved 4.0 MiB"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_memory_stats_on_cuda():
+    device = torch.device("cuda")
+    memory.reset_peak(device)
+    before = memory.memory_stats(device)
+    x = torch.empty(2**20, device=device)
+    after = memory.memory_stats(device)
+    assert after.allocated >= before.allocated + x.numel() * 4
+    assert after.reserved >= after.allocated

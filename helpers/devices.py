@@ -26,7 +26,7 @@ def _cuda_fix() -> str:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     hints = [
         "Colab: Runtime > Change runtime type > Hardware accelerator: T4 GPU, then run the notebook again.",
-        "Kaggle: Settings > Accelerator > GPU T4 x2 (or GPU P100).",
+        "Kaggle: Settings > Accelerator > GPU T4 x2 (rather than P100, which recent PyTorch builds no longer support).",
         'Local machine: install a CUDA build of PyTorch (https://pytorch.org/get-started/locally/) or use "cpu".',
     ]
     if visible is not None:

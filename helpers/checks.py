@@ -299,7 +299,99 @@ def check_device_loader(wrapped: Any, loader: Any, device: torch.device) -> bool
 
 # --- lesson 06 -------------------------------------------------------------------------------------------------
 
+
+@exercise("06_replica_split")
+def check_replica_split(sizes: list[int] | None, batch_size: int, num_gpus: int) -> bool:
+    """Lesson 06: the batch size each GPU's replica sees when DataParallel splits ``batch_size`` over ``num_gpus``."""
+    from helpers.parallel import replica_split
+
+    name = f"a batch of {batch_size} on {num_gpus} GPUs"
+    if _unanswered(name, sizes):
+        return False
+    try:
+        answer = [int(n) for n in sizes]
+    except (TypeError, ValueError):
+        return _verdict(name, False, f"expected a list of whole numbers, got {sizes!r}")
+    expected = replica_split(batch_size, num_gpus)
+    if answer == expected:
+        return _verdict(name, True, "")
+    if sum(answer) != batch_size:
+        return _verdict(
+            name, False, f"the sizes add up to {sum(answer)}; every row of the batch goes to exactly one GPU"
+        )
+    return _verdict(
+        name,
+        False,
+        "DataParallel splits with tensor.chunk: every chunk but the last has ceil(batch / GPUs) rows, "
+        "so a small batch can leave a GPU with nothing (list only the replicas that run)",
+    )
+
+
+@exercise("06_unprefixed_state_dict")
+def check_unprefixed_state_dict(state_dict: dict[str, torch.Tensor] | None, wrapped: torch.nn.Module) -> bool:
+    """Lesson 06: the wrapped model's state dict with the "module." prefix removed, tensors unchanged."""
+    name = "a state dict the unwrapped model loads"
+    if _unanswered(name, state_dict):
+        return False
+    if not isinstance(state_dict, dict):
+        return _verdict(name, False, f"expected a dict of name -> tensor, got {type(state_dict).__name__}")
+    expected = wrapped.module.state_dict()
+    if any(str(k).startswith("module.") for k in state_dict):
+        return _verdict(name, False, 'some keys still start with "module."; remove that prefix from each key')
+    if list(state_dict) != list(expected):
+        return _verdict(name, False, f"expected the keys {list(expected)}, got {list(state_dict)}")
+    same = all(
+        isinstance(state_dict[k], torch.Tensor) and torch.equal(state_dict[k].cpu(), v.cpu())
+        for k, v in expected.items()
+    )
+    return _verdict(name, same, "the keys are right but some tensors differ; keep each value as it was")
+
+
 # --- lesson 07 -------------------------------------------------------------------------------------------------
+
+
+@exercise("07_rank_indices")
+def check_rank_indices(indices: list[int] | None, dataset_len: int, world_size: int, rank: int) -> bool:
+    """Lesson 07: the dataset indices DistributedSampler(shuffle=False) gives ``rank`` of ``world_size``."""
+    from torch.utils.data import DistributedSampler
+
+    name = f"rank {rank} of {world_size} on {dataset_len} samples"
+    if _unanswered(name, indices):
+        return False
+    try:
+        answer = [int(i) for i in indices]
+    except (TypeError, ValueError):
+        return _verdict(name, False, f"expected a list of whole numbers, got {indices!r}")
+    expected = list(DistributedSampler(range(dataset_len), num_replicas=world_size, rank=rank, shuffle=False))
+    if answer == expected:
+        return _verdict(name, True, "")
+    if len(answer) != len(expected):
+        return _verdict(
+            name,
+            False,
+            f"each rank gets ceil({dataset_len} / {world_size}) = {len(expected)} indices: the sampler pads the "
+            "list by repeating its first indices until it divides evenly",
+        )
+    return _verdict(name, False, "rank r takes every world_size-th index, starting at index r")
+
+
+@exercise("07_steps_per_epoch")
+def check_steps_per_epoch(steps: int | None, dataset_len: int, world_size: int, batch_size: int) -> bool:
+    """Lesson 07: optimizer steps per epoch for each process (DistributedSampler, then a DataLoader)."""
+    import math
+
+    name = f"steps per epoch for {dataset_len:,} samples, {world_size} processes, batch {batch_size} each"
+    if _unanswered(name, steps):
+        return False
+    expected = math.ceil(math.ceil(dataset_len / world_size) / batch_size)
+    if isinstance(steps, bool) or not isinstance(steps, int):
+        return _verdict(name, False, f"expected a whole number, got {type(steps).__name__}")
+    if steps == math.ceil(dataset_len / batch_size):
+        return _verdict(name, False, "that is one process on the whole dataset; each process sees only its share")
+    return _verdict(
+        name, steps == expected, "each process gets ceil(samples / processes) samples, in batches of batch_size"
+    )
+
 
 # --- lesson 08 -------------------------------------------------------------------------------------------------
 

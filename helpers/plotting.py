@@ -46,7 +46,50 @@ def plot_copy_bandwidth(
 
 # --- lesson 06 -------------------------------------------------------------------------------------------------
 
+
+def plot_step_times(
+    seconds: dict[str, float], title: str = "One training step", ax: plt.Axes | None = None
+) -> plt.Axes:
+    """Horizontal bars of milliseconds per step, one per setup ("1 GPU", "DataParallel, 2 GPUs"), labelled."""
+    ax = new_axes(ax, figsize=(6.4, 0.6 + 0.5 * len(seconds)))
+    labels = list(seconds)
+    ms = [seconds[k] * 1e3 for k in labels]
+    bars = ax.barh(labels, ms, color=[f"C{i}" for i in range(len(labels))])
+    ax.bar_label(bars, labels=[f"{v:.1f} ms" for v in ms], padding=3)
+    ax.invert_yaxis()  # first entry on top
+    ax.set_xlabel("milliseconds per step (median)")
+    ax.set_xlim(0, max(ms) * 1.25)
+    ax.set_title(title)
+    return ax
+
+
 # --- lesson 07 -------------------------------------------------------------------------------------------------
+
+
+def plot_rank_assignment(
+    owners: list[list[int]], title: str = "Which rank gets each sample", ax: plt.Axes | None = None
+) -> plt.Axes:
+    """One row per epoch, one column per dataset index, coloured by the rank that trains on that sample."""
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    grid = np.asarray(owners)  # (epochs, samples)
+    ranks = int(grid.max()) + 1
+    ax = new_axes(ax, figsize=(6.4, 0.9 + 0.45 * len(owners)))
+    ax.imshow(grid, cmap=ListedColormap([f"C{r}" for r in range(ranks)]), vmin=-0.5, vmax=ranks - 0.5, aspect="auto")
+    ax.set_xticks(range(grid.shape[1]))
+    ax.set_yticks(range(grid.shape[0]), [f"epoch {e}" for e in range(grid.shape[0])])
+    ax.set_xlabel("dataset index")
+    ax.legend(
+        handles=[Patch(color=f"C{r}", label=f"rank {r}") for r in range(ranks)],
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1),
+        frameon=False,
+    )
+    ax.set_title(title)
+    return ax
+
 
 # --- lesson 08 -------------------------------------------------------------------------------------------------
 

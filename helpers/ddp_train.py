@@ -1,0 +1,314 @@
+"""Train a lesson model with DistributedDataParallel: one process per GPU (nccl), or CPU processes (gloo).
+
+torchrun starts the processes and gives each its RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT:
+
+    torchrun --standalone --nproc_per_node=2 -m helpers.ddp_train --epochs 2 --check-equivalence
+
+Only rank 0 logs and saves. ``--check-equivalence`` makes rank 0 also train a plain copy of the model, in one process,
+on each step's global batch (the union of every rank's batch) and print how far its weights end from the DDP model's.
+``--fail-rank R`` makes rank R raise on its first step, to see how a failure ends the whole job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from helpers.checkpoints import save_checkpoint
+from helpers.models import build_model
+
+SUMMARY_FILE = "summary.json"
+CHECKPOINT_FILE = "checkpoint.pt"
+EQUIVALENCE_TOLERANCE = 1e-6
+
+
+def torchrun_command(nproc: int, script_args: Sequence[str] = ()) -> list[str]:
+    """``torchrun --standalone --nproc_per_node=N -m helpers.ddp_train ...`` run by this Python (same environment)."""
+    # python -m torch.distributed.run is what the torchrun command runs; no PATH lookup can pick another Python.
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",  # a rendezvous on this machine, on a free port
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "helpers.ddp_train",
+        *script_args,
+    ]
+
+
+def launch(nproc: int, script_args: Sequence[str] = (), timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """Run the script under torchrun and capture its output; raises subprocess.TimeoutExpired after ``timeout``."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")  # what torchrun would set anyway, minus its warning about it
+    return subprocess.run(
+        torchrun_command(nproc, script_args), capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
+
+
+def root_cause(stderr: str) -> list[str]:
+    """From torchrun's failure report: the failed rank, its exit code and its last error line (no paths or times)."""
+    lines = stderr.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Root Cause")]
+    if not starts:
+        return []
+    block = []
+    for line in lines[starts[-1] + 1 :]:
+        if line.startswith("="):
+            break
+        block.append(line.strip())
+    found = []
+    for text in block:
+        key, _, value = text.partition(":")
+        if key.strip() in ("rank", "exitcode"):
+            found.append(f"{key.strip()}: {value.split('(pid')[0].strip()}")
+    last = [text for text in block if text]
+    if last:
+        found.append(last[-1])  # with @record in the worker, the traceback ends with the exception itself
+    return found
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line; every option has a default that runs in seconds on two CPU processes."""
+    p = argparse.ArgumentParser(prog="python -m helpers.ddp_train", description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", default="synthetic", help="synthetic, MNIST or FashionMNIST (default: synthetic)")
+    p.add_argument("--data-dir", default=None, help="data root for MNIST/FashionMNIST (default: $COURSE_DATA_DIR)")
+    p.add_argument("--limit", type=int, default=0, help="use only the first N training images (0: all)")
+    p.add_argument("--synthetic-size", type=int, default=512, help="images in the synthetic training set")
+    p.add_argument("--model", default="mlp", help="linear, mlp or cnn (helpers.models)")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=32, help="per process; the global batch is this times N")
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="checkpoints/ddp", help="folder for the checkpoint and summary (rank 0)")
+    p.add_argument(
+        "--device", default="auto", choices=("auto", "cpu", "cuda"), help="auto: a GPU per process if enough"
+    )
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds a collective may wait before failing")
+    p.add_argument("--check-equivalence", action="store_true", help="compare with one process on the global batch")
+    p.add_argument("--fail-rank", type=int, default=-1, help="this rank raises on its first step (a failure demo)")
+    return p.parse_args(argv)
+
+
+def synthetic_data(size: int, image_seed: int, teacher_seed: int) -> TensorDataset:
+    """Random 28x28 images labelled by a fixed random linear "teacher", so there is something to learn."""
+    X = torch.randn(size, 1, 28, 28, generator=torch.Generator().manual_seed(image_seed))  # (N, 1, 28, 28)
+    teacher = torch.randn(28 * 28, 10, generator=torch.Generator().manual_seed(teacher_seed))
+    y = (X.flatten(1) @ teacher).argmax(dim=1)  # (N,)
+    return TensorDataset(X, y)
+
+
+def image_data(name: str, train: bool, root: str | None, limit: int) -> TensorDataset:
+    """MNIST or FashionMNIST as normalised tensors: indexing a tensor is much faster than decoding images one by one."""
+    from helpers.data import DATASETS, canonical_name, load_dataset  # imports torchvision, so only when needed
+
+    name = canonical_name(name)
+    raw = load_dataset(name, train=train, root=root, verbose=False)
+    stats = DATASETS[name]
+    X = ((raw.data.float() / 255 - stats["mean"]) / stats["std"]).unsqueeze(1)  # (N, 28, 28) -> (N, 1, 28, 28)
+    y = raw.targets
+    if limit > 0:
+        X, y = X[:limit], y[:limit]
+    return TensorDataset(X, y)
+
+
+def load_data(args: argparse.Namespace, rank: int) -> tuple[TensorDataset, TensorDataset]:
+    """Train and test sets; rank 0 loads (and may download or unpack) first, the others read what it left."""
+    if args.dataset.lower() == "synthetic":
+        train = synthetic_data(args.synthetic_size, args.seed, args.seed)
+        test = synthetic_data(max(args.synthetic_size // 4, 1), args.seed + 1, args.seed)  # same teacher
+        return train, test
+    if rank != 0:
+        dist.barrier()  # wait until rank 0 has the files, so no two processes download or unpack at once
+    train = image_data(args.dataset, True, args.data_dir, args.limit)
+    test = image_data(args.dataset, False, args.data_dir, args.limit // 5 if args.limit > 0 else 0)
+    if rank == 0:
+        dist.barrier()
+    return train, test
+
+
+def pick_device(requested: str, local_rank: int, local_world_size: int) -> torch.device:
+    """cuda:LOCAL_RANK when every local process can have its own GPU (or "cuda" is asked for), else the CPU."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if requested == "cuda" or (requested == "auto" and gpus >= local_world_size):
+        if local_rank >= gpus:
+            raise RuntimeError(f"Local rank {local_rank} needs its own GPU, but only {gpus} are visible.")
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def global_batches(dataset: TensorDataset, world_size: int, batch_size: int, seed: int, epoch: int):
+    """Yield each step's global batch: rank 0's batch, then rank 1's, ..., exactly as DistributedSampler splits them.
+
+    A sampler built with ``num_replicas`` and ``rank`` needs no process group, so one process can rebuild every
+    rank's share: all of them shuffle with the same generator (seed + epoch), then rank r takes every N-th index.
+    """
+    shares = []
+    for r in range(world_size):
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=r, shuffle=True, seed=seed)
+        sampler.set_epoch(epoch)
+        shares.append(list(sampler))
+    steps = math.ceil(len(shares[0]) / batch_size)  # every share has the same length (the sampler pads)
+    for step in range(steps):
+        index = [i for share in shares for i in share[step * batch_size : (step + 1) * batch_size]]
+        yield dataset[index]
+
+
+def flat_parameters(model: nn.Module) -> torch.Tensor:
+    """All parameters in one detached 1-D tensor."""
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, dataset: TensorDataset, device: torch.device, batch_size: int = 1000) -> float:
+    """Fraction of ``dataset`` the model classifies correctly."""
+    model.eval()
+    correct = 0
+    for X, y in DataLoader(dataset, batch_size=batch_size):
+        correct += (model(X.to(device)).argmax(dim=1) == y.to(device)).sum().item()
+    model.train()
+    return correct / len(dataset)
+
+
+@record  # on failure, torchrun's summary shows this process's traceback, not only an exit code
+def main(argv: Sequence[str] | None = None) -> int:
+    """Train with DDP under torchrun; returns the exit code."""
+    args = parse_args(argv)
+    if "RANK" not in os.environ:
+        print(
+            "helpers.ddp_train must be started by torchrun, which sets RANK and WORLD_SIZE, e.g.\n"
+            "  torchrun --standalone --nproc_per_node=2 -m helpers.ddp_train",
+            file=sys.stderr,
+        )
+        return 2
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank, local_world_size = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    device = pick_device(args.device, local_rank, local_world_size)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    # The timeout turns a collective that waits for a dead or stuck peer into an error instead of a hang.
+    dist.init_process_group(
+        backend,
+        timeout=timedelta(seconds=args.timeout),
+        device_id=device if device.type == "cuda" else None,
+    )
+
+    def log(message: str) -> None:
+        if rank == 0:  # one voice: N processes printing the same line N times helps nobody
+            print(message, flush=True)
+
+    train_set, test_set = load_data(args, rank)
+    sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=args.seed)
+    loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
+    print(
+        f"[rank {rank}] of {world_size} on {device} ({backend}): {sampler.num_samples} of {len(train_set)} "
+        f"images per epoch, {len(loader)} steps",
+        flush=True,
+    )
+
+    torch.manual_seed(args.seed)  # same start on every rank; DDP also broadcasts rank 0's weights when it wraps
+    model = build_model(args.model).to(device)
+    reference = copy.deepcopy(model) if args.check_equivalence and rank == 0 else None
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=args.lr)
+    # A mean over the local batch: DDP averages gradients over ranks, and the average of N equal-sized means is the
+    # mean over the global batch, so the step equals one process's step on all N batches together.
+    loss_fn = nn.CrossEntropyLoss()
+    if reference is not None:
+        ref_optimizer = torch.optim.SGD(reference.parameters(), lr=args.lr)
+    log(
+        f"DDP: world size {world_size}, backend {backend}, {args.dataset} ({len(train_set)} images), "
+        f"global batch {args.batch_size} x {world_size} = {args.batch_size * world_size}"
+    )
+
+    if rank == 0:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    history = []
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
+        ref_batches = (
+            global_batches(train_set, world_size, args.batch_size, args.seed, epoch) if reference is not None else None
+        )
+        totals = torch.zeros(2, device=device)  # (sum of losses, number of images) on this rank
+        for X, y in loader:
+            if rank == args.fail_rank:
+                raise RuntimeError(f"rank {rank} fails on purpose (--fail-rank {rank})")
+            X, y = X.to(device), y.to(device)
+            loss = loss_fn(ddp_model(X), y)
+            optimizer.zero_grad()
+            loss.backward()  # DDP all-reduces (averages) the gradients here, overlapping with the backward pass
+            optimizer.step()
+            totals[0] += loss.detach() * len(y)
+            totals[1] += len(y)
+            if ref_batches is not None:
+                X_all, y_all = next(ref_batches)
+                ref_loss = loss_fn(reference(X_all.to(device)), y_all.to(device))
+                ref_optimizer.zero_grad()
+                ref_loss.backward()
+                ref_optimizer.step()
+        dist.all_reduce(totals)  # sum over ranks, so rank 0 can report the loss over all images
+        mean_loss = (totals[0] / totals[1]).item()
+        history.append(mean_loss)
+        log(f"epoch {epoch + 1}/{args.epochs}: mean training loss {mean_loss:.4f}")
+        if rank == 0:
+            state = {"model": ddp_model.module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch + 1}
+            save_checkpoint(state, Path(args.out) / CHECKPOINT_FILE)  # .module: keys without "module."
+    seconds = time.perf_counter() - start
+
+    # Every replica must hold the same weights: compare each with rank 0's, and keep the largest gap.
+    mine = flat_parameters(ddp_model.module)
+    rank0 = mine.clone()
+    dist.broadcast(rank0, src=0)
+    replica_gap = (mine - rank0).abs().max()
+    dist.all_reduce(replica_gap, op=dist.ReduceOp.MAX)
+
+    if rank == 0:
+        summary = {
+            "world_size": world_size,
+            "backend": backend,
+            "dataset": args.dataset,
+            "epochs": args.epochs,
+            "global_batch": args.batch_size * world_size,
+            "losses": history,
+            "seconds": seconds,
+            "test_accuracy": accuracy(ddp_model.module, test_set, device),
+            "replica_max_abs_diff": replica_gap.item(),
+            "checkpoint": CHECKPOINT_FILE,
+        }
+        log(f"replicas agree: largest difference from rank 0's weights {summary['replica_max_abs_diff']:.1e}")
+        if reference is not None:
+            diff = (flat_parameters(ddp_model.module) - flat_parameters(reference)).abs().max().item()
+            summary["reference_max_abs_diff"] = diff
+            log(
+                f"one process on the global batch ends {diff:.1e} away from the DDP weights "
+                f"(below {EQUIVALENCE_TOLERANCE:g}: {diff < EQUIVALENCE_TOLERANCE})"
+            )
+        log(f"test accuracy {summary['test_accuracy']:.1%}, {seconds:.1f} s of training")
+        (Path(args.out) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+    # Wait for every rank before tearing down: a process that leaves right after its last collective can abort its
+    # peer (gloo, two CPU processes: SIGABRT in about one run in four without this barrier).
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Helpers for models wrapped in ``nn.DataParallel`` or ``DistributedDataParallel`` (lessons 06 and 07)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import TypeVar
+
+import torch
+from torch import nn
+
+PREFIX = "module."
+"""What a wrapper adds in front of every key of the wrapped model's state dict (the wrapper's attribute name)."""
+
+V = TypeVar("V")
+
+
+def strip_module_prefix(state_dict: Mapping[str, V]) -> OrderedDict[str, V]:
+    """A copy of ``state_dict`` with one leading "module." removed from each key that has it; other keys unchanged.
+
+    PyTorch has an in-place equivalent, ``torch.nn.modules.utils.consume_prefix_in_state_dict_if_present``.
+    """
+    # Only the leading prefix: a layer may itself be called "module" further down (e.g. "encoder.module.weight").
+    stripped: OrderedDict[str, V] = OrderedDict((key.removeprefix(PREFIX), value) for key, value in state_dict.items())
+    if len(stripped) != len(state_dict):
+        raise ValueError('Stripping "module." would merge two keys; this state dict mixes wrapped and unwrapped keys.')
+    metadata = getattr(state_dict, "_metadata", None)
+    if metadata is not None:
+        # load_state_dict reads per-module versions from _metadata, keyed by module path, so strip those too.
+        stripped._metadata = OrderedDict((_strip_path(k), v) for k, v in metadata.items())  # type: ignore[attr-defined]
+    return stripped
+
+
+def _strip_path(path: str) -> str:
+    """A module path without its leading "module" component: "module" -> "", "module.fc" -> "fc"."""
+    return "" if path == PREFIX[:-1] else path.removeprefix(PREFIX)
+
+
+def is_wrapped(model: nn.Module) -> bool:
+    """Whether ``model`` is a DataParallel or DistributedDataParallel wrapper."""
+    return isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel))
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model inside a DataParallel or DistributedDataParallel wrapper; any other model as it is."""
+    return model.module if is_wrapped(model) else model
+
+
+def replica_split(batch_size: int, num_gpus: int) -> list[int]:
+    """Batch sizes DataParallel hands each GPU: its scatter uses ``tensor.chunk(num_gpus)``, which may make fewer."""
+    if batch_size < 1 or num_gpus < 1:
+        raise ValueError(f"Need batch_size >= 1 and num_gpus >= 1, got {batch_size} and {num_gpus}.")
+    return [len(chunk) for chunk in torch.arange(batch_size).chunk(num_gpus)]

@@ -1,0 +1,39 @@
+"""Lesson 06 checkers: reference solutions pass, wrong answers do not, and every 06_ checker is covered."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from helpers.checks import CHECKERS
+from helpers.models import MLP
+
+COVERED = {"06_replica_split", "06_unprefixed_state_dict"}
+
+
+def test_every_lesson_06_checker_is_covered() -> None:
+    assert {k for k in CHECKERS if k.startswith("06_")} == COVERED
+
+
+def test_replica_split() -> None:
+    check = CHECKERS["06_replica_split"]
+    assert check([2, 2, 2], 6, 4)
+    assert check([8, 8, 8, 6], 30, 4)
+    assert not check([2, 2, 1, 1], 6, 4)  # an even-looking split, but not what tensor.chunk does
+    assert not check([2, 2, 2, 0], 6, 4)  # a GPU with nothing to do gets no replica at all
+    assert not check([3, 3], 7, 2)  # rows lost
+    assert not check("six", 6, 4)
+    assert not check(None, 6, 4)  # waiting, not passed
+
+
+def test_unprefixed_state_dict() -> None:
+    check = CHECKERS["06_unprefixed_state_dict"]
+    torch.manual_seed(0)
+    wrapped = nn.DataParallel(MLP())
+    state = wrapped.state_dict()
+    assert check({k.removeprefix("module."): v for k, v in state.items()}, wrapped)
+    assert not check(state, wrapped)  # prefix still there
+    assert not check({k.replace("module.", "net."): v for k, v in state.items()}, wrapped)
+    assert not check({k.removeprefix("module."): torch.zeros_like(v) for k, v in state.items()}, wrapped)
+    assert not check(list(state), wrapped)
+    assert not check(None, wrapped)

@@ -1,0 +1,81 @@
+"""helpers.parallel: the "module." prefix DataParallel adds to state-dict keys, and the split of a batch over GPUs."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import pytest
+import torch
+from torch import nn
+
+from helpers.models import MLP
+from helpers.parallel import is_wrapped, replica_split, strip_module_prefix, unwrap
+
+
+def test_strips_only_a_leading_prefix() -> None:
+    state = OrderedDict(
+        [("module.fc.weight", 1), ("module.encoder.module.bias", 2), ("head.module.weight", 3), ("modulex.w", 4)]
+    )
+    assert list(strip_module_prefix(state)) == ["fc.weight", "encoder.module.bias", "head.module.weight", "modulex.w"]
+
+
+def test_leaves_an_unprefixed_state_dict_alone_and_keeps_values() -> None:
+    state = MLP().state_dict()
+    stripped = strip_module_prefix(state)
+    assert list(stripped) == list(state)
+    assert all(stripped[k] is state[k] for k in state)  # the same tensors, not copies
+
+
+def test_does_not_modify_its_argument() -> None:
+    state = OrderedDict([("module.w", torch.zeros(1))])
+    strip_module_prefix(state)
+    assert list(state) == ["module.w"]
+
+
+def test_refuses_to_merge_keys() -> None:
+    with pytest.raises(ValueError, match="merge"):
+        strip_module_prefix({"module.w": 1, "w": 2})
+
+
+def test_data_parallel_without_gpus_just_calls_the_module() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this checks the behaviour on a machine without CUDA")
+    torch.manual_seed(0)
+    model = MLP()
+    wrapped = nn.DataParallel(model)
+    assert wrapped.module is model and wrapped.device_ids == []
+    X = torch.randn(8, 1, 28, 28)
+    assert torch.equal(wrapped(X), model(X))
+
+
+def test_round_trip_from_data_parallel_into_a_plain_model() -> None:
+    torch.manual_seed(0)
+    wrapped = nn.DataParallel(MLP())
+    state = wrapped.state_dict()
+    assert all(k.startswith("module.") for k in state)
+    plain = MLP()
+    with pytest.raises(RuntimeError, match="Missing key"):
+        plain.load_state_dict(state)
+    plain.load_state_dict(strip_module_prefix(state))  # strict: every key must match
+    for (name, p), q in zip(plain.named_parameters(), wrapped.module.parameters(), strict=True):
+        assert torch.equal(p, q.cpu()), name
+
+
+def test_unwrap() -> None:
+    model = MLP()
+    assert unwrap(nn.DataParallel(model)) is model
+    assert unwrap(model) is model
+    assert is_wrapped(nn.DataParallel(model)) and not is_wrapped(model)
+
+
+@pytest.mark.parametrize(
+    ("batch", "gpus", "expected"),
+    [(8, 2, [4, 4]), (10, 4, [3, 3, 3, 1]), (5, 4, [2, 2, 1]), (3, 8, [1, 1, 1]), (7, 1, [7])],
+)
+def test_replica_split(batch: int, gpus: int, expected: list[int]) -> None:
+    assert replica_split(batch, gpus) == expected
+
+
+def test_replica_split_rejects_nonsense() -> None:
+    with pytest.raises(ValueError):
+        replica_split(0, 2)

@@ -45,6 +45,36 @@ def _accelerator_available(kind: str) -> bool:
     return False
 
 
+def _arch_supported(index: int) -> bool:
+    """Whether this PyTorch build carries kernels for GPU ``index``: a cubin for its major architecture
+    at or below its minor version, or PTX for an older architecture that the driver can compile."""
+    arch_list = torch.cuda.get_arch_list()
+    if not arch_list:
+        return True
+    major, minor = torch.cuda.get_device_capability(index)
+    for arch in arch_list:
+        kind, _, number = arch.partition("_")
+        digits = "".join(ch for ch in number if ch.isdigit())
+        if not digits:
+            continue
+        arch_major, arch_minor = int(digits[:-1]), int(digits[-1])
+        if kind == "sm" and arch_major == major and arch_minor <= minor:
+            return True
+        if kind == "compute" and (arch_major, arch_minor) <= (major, minor):
+            return True
+    return False
+
+
+def _unsupported_gpu(index: int) -> DeviceUnavailableError:
+    major, minor = torch.cuda.get_device_capability(index)
+    return DeviceUnavailableError(
+        f"cuda:{index} ({torch.cuda.get_device_name(index)}, compute capability {major}.{minor}) is visible, but this "
+        f"PyTorch build has no kernels for it (it supports {' '.join(torch.cuda.get_arch_list())}): every GPU "
+        "operation would fail with 'no kernel image is available'. On Kaggle choose Accelerator > GPU T4 x2; "
+        'elsewhere use another GPU, a PyTorch build for this one, or "cpu".'
+    )
+
+
 def available_types() -> list[str]:
     """Device types usable here, best first; "cpu" is always last."""
     found = []
@@ -110,6 +140,9 @@ def validate(device: str | torch.device) -> torch.device:
                 f"CUDA_VISIBLE_DEVICES={visible}. Pick an index below {count}, or set CUDA_VISIBLE_DEVICES "
                 "before Python starts to choose which GPUs are visible."
             )
+        chosen = torch.cuda.current_device() if index is None else index
+        if not _arch_supported(chosen):
+            raise _unsupported_gpu(chosen)
     elif kind == "mps" and not _accelerator_available("mps"):
         built = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_built()
         reason = (
@@ -118,8 +151,8 @@ def validate(device: str | torch.device) -> torch.device:
             else "this PyTorch build has no MPS"
         )
         raise DeviceUnavailableError(
-            f"MPS was requested but is unavailable ({reason}). MPS needs an Apple-silicon Mac with macOS 12.3 "
-            'or later and the macOS wheel of PyTorch; elsewhere use "auto" or "cpu".'
+            f"MPS was requested but is unavailable ({reason}). MPS needs an Apple-silicon Mac, the macOS wheel of "
+            'PyTorch and, for current releases, macOS 14 or later; elsewhere use "auto" or "cpu".'
         )
     elif kind == "xpu":
         if not _accelerator_available("xpu"):
@@ -145,7 +178,8 @@ def pick_device(preferred: str | torch.device | None = None) -> torch.device:
         override = os.environ.get(ENV_DEVICE, "").strip()
         if override and override.lower() != "auto":
             return validate(override)
-        return _with_index(available_types()[0], None)
+        best = available_types()[0]
+        return validate(best) if best == "cuda" else _with_index(best, None)
     return validate(preferred)
 
 
@@ -183,6 +217,13 @@ def _cudnn_version() -> str | None:
     return f"{v // 1000}.{v % 1000 // 100}.{v % 100}"
 
 
+def _auto_choice() -> str:
+    try:
+        return str(pick_device())
+    except (DeviceUnavailableError, ValueError) as exc:
+        return f"nothing: {str(exc).splitlines()[0]}"
+
+
 def environment_report() -> dict[str, Any]:
     """What PyTorch can see here, as data: versions, GPUs, MPS, CPU threads, runtime."""
     try:
@@ -203,6 +244,7 @@ def environment_report() -> dict[str, Any]:
                     "memory_gib": round(props.total_memory / 2**30, 1),
                     "compute_capability": f"{props.major}.{props.minor}",
                     "multiprocessors": props.multi_processor_count,
+                    "supported_by_this_build": _arch_supported(i),
                 }
             )
     mps = getattr(torch.backends, "mps", None)
@@ -214,6 +256,7 @@ def environment_report() -> dict[str, Any]:
         "cuda_build": torch.version.cuda,
         "cuda_available": torch.cuda.is_available(),
         "cudnn": cudnn,
+        "cuda_arch_list": torch.cuda.get_arch_list() if torch.version.cuda else [],
         "gpus": gpus,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "mps_built": bool(mps is not None and mps.is_built()),
@@ -222,7 +265,7 @@ def environment_report() -> dict[str, Any]:
         "cpu_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "runtime": runtime(),
-        "auto_device": str(_with_index(available_types()[0], None)),
+        "auto_device": _auto_choice(),
     }
 
 
@@ -242,7 +285,8 @@ def format_report(report: dict[str, Any] | None = None) -> str:
             (
                 f"GPU {gpu['index']}",
                 f"{gpu['name']}, {gpu['memory_gib']} GiB, compute capability {gpu['compute_capability']}, "
-                f"{gpu['multiprocessors']} SMs",
+                f"{gpu['multiprocessors']} SMs"
+                + ("" if gpu.get("supported_by_this_build", True) else " (NOT supported by this PyTorch build)"),
             )
         )
     if r["cuda_visible_devices"] is not None:
@@ -262,6 +306,7 @@ def format_report(report: dict[str, Any] | None = None) -> str:
 
 
 def main() -> None:
+    """Print the environment report (``python -m helpers.devices``)."""
     print(format_report())
 
 

@@ -32,6 +32,8 @@ def two_gpus(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: ["sm_75", "sm_80"])
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (7, 5))
 
 
 def test_auto_is_cpu_without_accelerators(no_gpu):
@@ -174,3 +176,27 @@ def test_report_lists_each_gpu():
 def test_report_command_runs():
     out = subprocess.run([sys.executable, "-m", "helpers.devices"], capture_output=True, text=True, check=True)
     assert "CUDA available" in out.stdout and "pick_device() chooses" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("capability", "arch_list", "supported"),
+    [
+        ((7, 5), ["sm_75", "sm_80", "sm_90"], True),  # T4 on a current build
+        ((8, 6), ["sm_75", "sm_80"], True),  # a cubin runs on later minor versions of its major
+        ((6, 0), ["sm_75", "sm_80", "sm_120"], False),  # P100 on a build without Pascal kernels
+        ((7, 0), ["sm_75", "sm_80"], False),  # V100: sm_75 code does not run on 7.0
+        ((12, 1), ["sm_80", "compute_90"], True),  # PTX compiles for newer GPUs
+        ((8, 0), ["sm_75", "compute_90"], False),  # but not for older ones
+    ],
+)
+def test_gpu_without_kernels_is_refused_with_the_fix(monkeypatch, two_gpus, capability, arch_list, supported):
+    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: arch_list)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "Tesla P100-PCIE-16GB")
+    assert devices._arch_supported(0) is supported
+    if supported:
+        assert pick_device() == torch.device("cuda", 0)
+        return
+    for request in (None, "cuda", "cuda:1"):
+        with pytest.raises(DeviceUnavailableError, match="no kernels for it.*GPU T4 x2"):
+            pick_device(request)

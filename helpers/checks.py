@@ -297,6 +297,63 @@ def check_device_loader(wrapped: Any, loader: Any, device: torch.device) -> bool
 
 # --- lesson 05 -------------------------------------------------------------------------------------------------
 
+
+@exercise("05_count_correct")
+def check_count_correct(count_correct: Callable[[torch.Tensor, torch.Tensor], Any] | None) -> bool:
+    """Lesson 05: ``count_correct(logits, y)`` returns how many rows' highest score is at the true class, as an int."""
+    name = "count correct predictions"
+    if _unanswered(name, count_correct):
+        return False
+    logits = torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 0.5], [0.2, 0.1, 0.9], [1.0, 4.0, 2.0]])  # (4, 3)
+    y = torch.tensor([1, 2, 2, 0])  # rows 0 and 2 are right
+    try:
+        got = count_correct(logits, y)
+    except Exception as exc:  # a learner's function may raise anything; report it instead
+        return _verdict(name, False, f"calling it raised {type(exc).__name__}: {exc}")
+    if isinstance(got, torch.Tensor):
+        return _verdict(name, False, "it returns a tensor; call .item() to get a Python number for logging")
+    if not isinstance(got, int) or isinstance(got, bool):
+        return _verdict(name, False, f"expected an int, got {type(got).__name__}")
+    return _verdict(name, got == 2, f"got {got} on a case with 2 right out of 4; compare logits.argmax(dim=1) with y")
+
+
+@exercise("05_predict_proba")
+def check_predict_proba(
+    predict_proba: Callable[[torch.nn.Module, torch.Tensor], Any] | None, device: torch.device
+) -> bool:
+    """Lesson 05: class probabilities in eval mode, without a graph, on the CPU, leaving the model's mode as it was."""
+    name = "predict probabilities"
+    if _unanswered(name, predict_proba):
+        return False
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.Dropout(0.5), nn.Linear(8, 3)).to(device)
+    X = torch.randn(5, 1, 4, 4, device=device)  # (B, C, H, W)
+    model.eval()
+    with torch.no_grad():
+        expected = model(X).softmax(dim=1).cpu()
+    model.train()
+    try:
+        got = predict_proba(model, X)
+    except Exception as exc:  # a learner's function may raise anything; report it instead
+        return _verdict(name, False, f"calling it raised {type(exc).__name__}: {exc}")
+    if not isinstance(got, torch.Tensor):
+        return _verdict(name, False, f"expected a tensor, got {type(got).__name__}")
+    if got.requires_grad:
+        return _verdict(name, False, "the result carries a graph (requires_grad=True): use torch.no_grad()")
+    if got.device.type != "cpu":
+        return _verdict(name, False, f"the result is on {got.device}; bring it back with .cpu()")
+    if tuple(got.shape) != (5, 3):
+        return _verdict(name, False, f"shape {tuple(got.shape)}, expected (5, 3): one row of probabilities per image")
+    if not torch.allclose(got, expected, atol=1e-5):
+        if torch.allclose(got.sum(dim=1), torch.ones(5), atol=1e-4):
+            return _verdict(name, False, "rows sum to 1 but differ from eval mode's: call model.eval() (dropout is on)")
+        return _verdict(name, False, "these are not probabilities per row: apply softmax over dim=1 to the logits")
+    if not model.training:
+        return _verdict(name, False, "the model was left in eval mode; restore it with model.train(was_training)")
+    return _verdict(name, True, "")
+
+
 # --- lesson 06 -------------------------------------------------------------------------------------------------
 
 

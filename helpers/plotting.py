@@ -44,6 +44,75 @@ def plot_copy_bandwidth(
 
 # --- lesson 05 -------------------------------------------------------------------------------------------------
 
+
+def pipeline_bars(rates: dict[str, dict[str, float]], ax: plt.Axes | None = None) -> plt.Axes:
+    """Grouped horizontal bars of images/s: ``rates[pipeline][task]``, on a log scale (they differ 1000-fold)."""
+    ax = new_axes(ax, figsize=(7.4, 3.8))
+    pipelines = list(rates)
+    tasks = list(dict.fromkeys(t for per_task in rates.values() for t in per_task))
+    height = 0.8 / len(tasks)
+    for j, task in enumerate(tasks):
+        ys = [i + (j - (len(tasks) - 1) / 2) * height for i in range(len(pipelines))]
+        values = [rates[p].get(task, float("nan")) for p in pipelines]
+        ax.barh(ys, values, height=height, label=task)
+    ax.set_yticks(range(len(pipelines)), pipelines)
+    ax.invert_yaxis()  # the lab's setup on top, as in the table
+    ax.set_xscale("log")
+    ax.set_xlabel("images per second (log scale)")
+    ax.legend(loc="lower right", fontsize="small")
+    ax.grid(axis="x", which="major", alpha=0.3)
+    return ax
+
+
+def batch_size_curves(rates: dict[str, dict[int, float]], ax: plt.Axes | None = None) -> plt.Axes:
+    """Images/s against batch size, one line per device: ``rates[device][batch_size]``."""
+    ax = new_axes(ax)
+    for device, per_size in rates.items():
+        sizes = sorted(per_size)
+        ax.plot(sizes, [per_size[s] for s in sizes], marker="o", label=device)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("training images per second")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def training_curves(history, axes=None) -> list[plt.Axes]:
+    """Loss and accuracy per epoch, training and validation, from a ``helpers.training.History``."""
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(9.6, 3.4), layout="constrained")
+    epochs = range(1, len(history.train_loss) + 1)
+    for ax, metric in zip(axes, ("loss", "accuracy"), strict=True):
+        for split in ("train", "val"):
+            values = getattr(history, f"{split}_{metric}")
+            if values:
+                label = "training" if split == "train" else "validation"
+                ax.plot(epochs[: len(values)], values, marker="o", label=label)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(metric)
+        ax.set_xticks(list(epochs))
+        ax.legend()
+        ax.grid(alpha=0.3)
+    return list(axes)
+
+
+def prediction_grid(images, labels, predictions, class_names: list[str], ncols: int = 8) -> plt.Figure:
+    """Images with their predicted class; a wrong prediction is titled in red with the true class after it."""
+    n = len(images)
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(1.35 * ncols, 1.55 * nrows), layout="constrained", squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, img, true, pred in zip(axes.flat, images, labels, predictions, strict=False):
+        ax.imshow(img.squeeze().cpu(), cmap="gray")  # (1, H, W) -> (H, W); normalised values only shift the colours
+        ok = int(true) == int(pred)
+        title = class_names[int(pred)] if ok else f"{class_names[int(pred)]}\n(is {class_names[int(true)]})"
+        ax.set_title(title, fontsize=8, color="black" if ok else "red")
+    return fig
+
+
 # --- lesson 06 -------------------------------------------------------------------------------------------------
 
 

@@ -50,6 +50,8 @@ def time_on_device(
 
     ``sync`` defaults to synchronising ``device``; tests replace it (and ``clock``) to watch what happens.
     """
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable taking no arguments, got {type(fn).__name__}.")
     if repeats < 1 or warmup < 0:
         raise ValueError(f"Need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}.")
     if sync is None:
@@ -70,20 +72,30 @@ def time_on_device(
 
 
 class DeviceTimer:
-    """``with DeviceTimer(device) as t: ...`` then ``t.seconds``; synchronises on entry and exit."""
+    """``with DeviceTimer(device) as t: ...`` then ``t.seconds``; synchronises on entry and exit.
 
-    def __init__(self, device: str | torch.device = "cpu") -> None:
+    ``sync`` and ``clock`` default to synchronising ``device`` and ``time.perf_counter``; tests replace them.
+    """
+
+    def __init__(
+        self,
+        device: str | torch.device = "cpu",
+        sync: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.device = torch.device(device)
         self.seconds = float("nan")
+        self._sync = sync if sync is not None else (lambda: synchronize(self.device))
+        self._clock = clock
 
     def __enter__(self) -> DeviceTimer:
-        synchronize(self.device)
-        self._start = time.perf_counter()
+        self._sync()  # work queued before the block must not be counted
+        self._start = self._clock()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        synchronize(self.device)
-        self.seconds = time.perf_counter() - self._start
+        self._sync()  # the block's queued work must finish before the clock is read
+        self.seconds = self._clock() - self._start
 
 
 def benchmark(
@@ -99,6 +111,10 @@ def benchmark(
     """
     from torch.utils import benchmark as tb
 
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable taking no arguments, got {type(fn).__name__}.")
+    if min_run_time <= 0:
+        raise ValueError(f"min_run_time must be positive, got {min_run_time}.")
     device = torch.device(device)
     if device.type in ("cpu", "cuda"):
         stmt_fn = fn

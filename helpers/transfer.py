@@ -19,7 +19,8 @@ def to_device(batch: Any, device: str | torch.device, non_blocking: bool = False
     """Return ``batch`` with every tensor moved to ``device``; lists, tuples, named tuples and dicts keep their type.
 
     Numbers, strings, None, dtypes and devices are left alone; anything else raises a TypeError naming where it is.
-    ``non_blocking=True`` lets a copy from pinned CPU memory overlap with GPU work.
+    ``non_blocking=True`` makes a copy from pinned CPU memory to a GPU return at once, so the Python thread can queue
+    more work while it runs; kernels queued later on the same stream still wait for the copy to finish.
     """
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=non_blocking)
@@ -46,8 +47,9 @@ def to_device(batch: Any, device: str | torch.device, non_blocking: bool = False
 class DeviceDataLoader:
     """Wrap a DataLoader (or any iterable of batches) so that each batch arrives already on ``device``.
 
-    ``non_blocking`` defaults to True when the loader pins memory and the device is a GPU, the one case where an
-    asynchronous copy can overlap with computation.
+    ``non_blocking`` defaults to True when the loader pins memory and the device is not the CPU: a copy from pinned
+    memory then does not block the Python thread, which can go on queueing work for the GPU. The DataLoader pins
+    each batch in the main process (in a background thread when it has workers), before this wrapper copies it.
     """
 
     def __init__(self, loader: Iterable, device: str | torch.device, non_blocking: bool | None = None) -> None:
@@ -66,3 +68,131 @@ class DeviceDataLoader:
 
     def __repr__(self) -> str:
         return f"DeviceDataLoader({type(self.loader).__name__}, device={self.device}, non_blocking={self.non_blocking})"
+
+
+# --- device-resident batches ---
+
+
+def _find_normalize(transform: Any) -> tuple[float, float] | None:
+    """The (mean, std) of a single-channel Normalize inside ``transform`` (a Compose or the Normalize itself)."""
+    from torchvision import transforms as T
+
+    for t in getattr(transform, "transforms", [transform]):
+        if isinstance(t, T.Normalize):
+            mean, std = t.mean, t.std
+            mean = mean[0] if isinstance(mean, (list, tuple)) else mean
+            std = std[0] if isinstance(std, (list, tuple)) else std
+            return float(mean), float(std)
+    return None
+
+
+def _images_and_labels(dataset: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    """The raw uint8 images, the labels and the transform of an MNIST-style dataset or a Subset of one."""
+    indices = None
+    while isinstance(dataset, torch.utils.data.Subset):  # random_split returns Subsets; they may nest
+        sub = torch.as_tensor(dataset.indices, dtype=torch.long)
+        indices = sub if indices is None else sub[indices]
+        dataset = dataset.dataset
+    if not hasattr(dataset, "data") or not hasattr(dataset, "targets"):
+        raise TypeError(
+            f"{type(dataset).__name__} has no .data and .targets tensors; pass images and labels to "
+            "DeviceResidentLoader directly."
+        )
+    images, labels = torch.as_tensor(dataset.data), torch.as_tensor(dataset.targets)
+    if indices is not None:
+        images, labels = images[indices], labels[indices]
+    return images, labels, getattr(dataset, "transform", None)
+
+
+class DeviceResidentLoader:
+    """Every image on the device at once, converted once; each epoch is a device-made permutation cut into batches.
+
+    ``images`` are uint8 of shape (N, H, W) or (N, C, H, W); they are copied to ``device`` as uint8 (a quarter of
+    the bytes of float32) and converted there, exactly as ToTensor then Normalize would: ``x / 255``, then
+    ``(x - mean) / std``. Iterating yields ``(X, y)`` batches that are already on the device, by indexing: no
+    per-sample Python work, no copies from the CPU. ``seed=None`` draws a seed from PyTorch's global generator, so
+    ``torch.manual_seed`` makes the order reproducible.
+    """
+
+    def __init__(
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        device: str | torch.device,
+        batch_size: int = 128,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        mean: float | None = None,
+        std: float | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+        if len(images) != len(labels):
+            raise ValueError(f"{len(images)} images but {len(labels)} labels.")
+        if images.dtype != torch.uint8:
+            raise TypeError(f"images must be uint8 (raw pixels), got {images.dtype}.")
+        self.device = torch.device(device)
+        self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
+        X = images.to(self.device)
+        X = X.unsqueeze(1) if X.dim() == 3 else X  # (N, H, W) -> (N, 1, H, W), the layout ToTensor gives
+        X = X.to(torch.float32).div(255)  # the same operations, in the same order, as ToTensor and Normalize
+        if mean is not None and std is not None:
+            X = X.sub(mean).div(std)
+        self.images = X  # (N, C, H, W) float32 on the device
+        self.labels = labels.to(self.device, torch.long)
+        if seed is None:
+            seed = int(torch.randint(2**62, ()).item())
+        self.generator = self._device_generator(seed)
+        self.epoch_indices: torch.Tensor | None = None
+        """The order of the epoch being (or last) iterated: sample ids, on the device."""
+
+    def _device_generator(self, seed: int) -> torch.Generator:
+        try:
+            generator = torch.Generator(device=self.device)
+        except RuntimeError:  # a backend without device generators: permute on the CPU instead
+            generator = torch.Generator()
+        return generator.manual_seed(seed)
+
+    @classmethod
+    def from_dataset(
+        cls,
+        dataset: Any,
+        device: str | torch.device,
+        batch_size: int = 128,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        seed: int | None = None,
+    ) -> DeviceResidentLoader:
+        """Build from a torchvision MNIST-style dataset (or a Subset of one), using the Normalize of its transform."""
+        images, labels, transform = _images_and_labels(dataset)
+        stats = _find_normalize(transform) if transform is not None else None
+        mean, std = stats if stats else (None, None)
+        return cls(images, labels, device, batch_size, shuffle, drop_last, mean, std, seed)
+
+    def __len__(self) -> int:
+        n = len(self.labels)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(self.labels)
+        if self.shuffle:
+            order = torch.randperm(n, device=self.generator.device, generator=self.generator).to(self.device)
+        else:
+            order = torch.arange(n, device=self.device)
+        self.epoch_indices = order
+        for b in range(len(self)):
+            if self.shuffle:
+                idx = order[b * self.batch_size : (b + 1) * self.batch_size]
+                # index_select on the flat (N, C*H*W) view: one contiguous row gather, much faster than X[idx]
+                X = self.images.view(len(self.images), -1).index_select(0, idx)
+                yield X.view(-1, *self.images.shape[1:]), self.labels.index_select(0, idx)
+            else:
+                batch = slice(b * self.batch_size, (b + 1) * self.batch_size)
+                yield self.images[batch], self.labels[batch]  # views, no copy at all
+
+    def __repr__(self) -> str:
+        return (
+            f"DeviceResidentLoader({len(self.labels)} samples of {tuple(self.images.shape[1:])} on {self.device}, "
+            f"batch_size={self.batch_size}, shuffle={self.shuffle}, drop_last={self.drop_last})"
+        )

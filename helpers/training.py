@@ -1,0 +1,154 @@
+"""Training and evaluation loops with the device handled in one place: the model's own device.
+
+Every batch is moved to the device the model lives on (a no-op for batches already there, such as those of
+``helpers.transfer.DeviceResidentLoader``). Losses and accuracies are summed on the device and read with ``.item()``
+once per epoch, because every ``.item()`` makes the CPU wait for the GPU.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from helpers.models import model_device
+from helpers.transfer import to_device
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class History:
+    """Per-epoch figures from ``fit``: losses, accuracies (fractions in [0, 1]) and seconds."""
+
+    train_loss: list[float] = field(default_factory=list)
+    train_accuracy: list[float] = field(default_factory=list)
+    val_loss: list[float] = field(default_factory=list)
+    val_accuracy: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.train_loss)
+
+    def last(self) -> dict[str, float]:
+        """The figures of the last epoch, by name."""
+        return {k: v[-1] for k, v in vars(self).items() if v}
+
+
+def _batch_size(loader: Iterable) -> int | None:
+    return getattr(loader, "batch_size", None)
+
+
+def _total(loader: Iterable) -> int | None:
+    try:
+        return len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def train_epoch(
+    model: nn.Module,
+    loader: Iterable,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: LossFn = F.cross_entropy,
+    scheduler: Any | None = None,
+    progress: Any | None = None,
+) -> dict[str, float]:
+    """One pass over ``loader`` in training mode; returns the mean loss and the accuracy over the samples seen.
+
+    ``scheduler`` (if any) is stepped after every batch, as OneCycleLR expects. ``progress`` is a tqdm bar to
+    advance by one per batch.
+    """
+    device = model_device(model)
+    model.train()  # dropout and batch-norm layers behave as in training
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    seen = 0
+    for X, y in loader:
+        X, y = to_device(X, device), to_device(y, device)  # the one place a batch changes device
+        logits = model(X)
+        loss = loss_fn(logits, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        loss_sum += loss.detach() * len(y)  # stays on the device: no synchronisation per batch
+        correct += (logits.argmax(dim=1) == y).sum()
+        seen += len(y)
+        if progress is not None:
+            progress.update(1)
+    if seen == 0:
+        raise ValueError("The loader yielded no batches.")
+    return {"loss": loss_sum.item() / seen, "accuracy": correct.item() / seen}
+
+
+def evaluate(model: nn.Module, loader: Iterable, loss_fn: LossFn = F.cross_entropy) -> dict[str, float]:
+    """Mean loss and accuracy of ``model`` over ``loader``, in eval mode and without building a graph."""
+    device = model_device(model)
+    was_training = model.training
+    model.eval()  # dropout off, batch norm uses its running statistics
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    seen = 0
+    with torch.no_grad():  # no graph: less memory, less time
+        for X, y in loader:
+            X, y = to_device(X, device), to_device(y, device)
+            logits = model(X)
+            loss_sum += loss_fn(logits, y) * len(y)
+            correct += (logits.argmax(dim=1) == y).sum()
+            seen += len(y)
+    model.train(was_training)
+    if seen == 0:
+        raise ValueError("The loader yielded no batches.")
+    return {"loss": loss_sum.item() / seen, "accuracy": correct.item() / seen}
+
+
+def fit(
+    model: nn.Module,
+    train_loader: Iterable,
+    val_loader: Iterable | None,
+    optimizer: torch.optim.Optimizer,
+    epochs: int,
+    loss_fn: LossFn = F.cross_entropy,
+    scheduler: Any | None = None,
+    seed: int | None = None,
+    progress: bool = True,
+) -> History:
+    """Train for ``epochs`` epochs, evaluating on ``val_loader`` after each; returns the History.
+
+    ``seed`` re-seeds PyTorch first, so a run (model already built, loaders drawing their order from the global
+    generator) repeats exactly. The progress bar shows one tick per batch and the last epoch's figures.
+    """
+    if epochs < 1:
+        raise ValueError(f"epochs must be at least 1, got {epochs}.")
+    if seed is not None:
+        torch.manual_seed(seed)
+    history = History()
+    per_epoch = _total(train_loader)
+    bar = tqdm(total=per_epoch * epochs if per_epoch else None, unit="batch", disable=not progress)
+    try:
+        for epoch in range(1, epochs + 1):
+            bar.set_description(f"epoch {epoch}/{epochs}")
+            start = time.perf_counter()
+            train = train_epoch(model, train_loader, optimizer, loss_fn, scheduler, bar)
+            history.train_loss.append(train["loss"])
+            history.train_accuracy.append(train["accuracy"])
+            if val_loader is not None:
+                val = evaluate(model, val_loader, loss_fn)
+                history.val_loss.append(val["loss"])
+                history.val_accuracy.append(val["accuracy"])
+            history.seconds.append(time.perf_counter() - start)  # .item() above has synchronised the device
+            shown = {"loss": f"{train['loss']:.3f}", "acc": f"{train['accuracy']:.1%}"}
+            if val_loader is not None:
+                shown["val_acc"] = f"{history.val_accuracy[-1]:.1%}"
+            bar.set_postfix(shown)
+    finally:
+        bar.close()
+    return history

@@ -1,0 +1,117 @@
+"""helpers.timing: synchronisation order, medians of repeats, argument errors (no real timings are asserted)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import timing
+
+
+class FakeDevice:
+    """A clock that advances only when asked, and a sync that records itself in the same event log."""
+
+    def __init__(self, durations: list[float] | None = None) -> None:
+        self.now = 0.0
+        self.events: list[str] = []
+        self.durations = list(durations or [])
+
+    def clock(self) -> float:
+        self.events.append("clock")
+        return self.now
+
+    def sync(self) -> None:
+        self.events.append("sync")
+
+    def work(self) -> None:
+        self.events.append("fn")
+        if self.durations:
+            self.now += self.durations.pop(0)
+
+
+def test_time_on_device_syncs_around_every_timed_call():
+    fake = FakeDevice()
+    timing.time_on_device(fake.work, repeats=3, warmup=2, sync=fake.sync, clock=fake.clock)
+    warmup, timed = fake.events[:2], fake.events[2:]
+    assert warmup == ["fn", "fn"]  # warm-up calls are neither synchronised nor timed
+    assert timed == ["sync", "clock", "fn", "sync", "clock"] * 3
+
+
+def test_time_on_device_without_sync_would_be_caught():
+    # The same check fails for a timer that reads the clock before synchronising: the order matters.
+    fake = FakeDevice()
+    timing.time_on_device(fake.work, repeats=1, warmup=0, sync=fake.sync, clock=fake.clock)
+    last_fn = max(i for i, e in enumerate(fake.events) if e == "fn")
+    last_clock = max(i for i, e in enumerate(fake.events) if e == "clock")
+    assert "sync" in fake.events[last_fn:last_clock]
+
+
+def test_median_comes_from_the_repeats():
+    # warm-up takes 100 s (must be ignored), then five repeats of 5, 1, 3, 9, 2 seconds
+    fake = FakeDevice([100.0, 5.0, 1.0, 3.0, 9.0, 2.0])
+    result = timing.time_on_device(fake.work, repeats=5, warmup=1, sync=fake.sync, clock=fake.clock)
+    assert result.times == [5.0, 1.0, 3.0, 9.0, 2.0]
+    assert result.median == 3.0
+    assert result.warmup == 1
+    assert result.spread == pytest.approx((9.0 - 1.0) / 3.0)
+
+
+def test_median_of_an_even_number_of_repeats():
+    fake = FakeDevice([4.0, 1.0, 2.0, 8.0])
+    result = timing.time_on_device(fake.work, repeats=4, warmup=0, sync=fake.sync, clock=fake.clock)
+    assert result.median == 3.0
+
+
+def test_default_sync_synchronises_the_given_device(monkeypatch):
+    calls = []
+    monkeypatch.setattr(timing, "synchronize", lambda device: calls.append(torch.device(device)))
+    timing.time_on_device(lambda: None, device="cpu", repeats=2, warmup=0)
+    assert calls == [torch.device("cpu")] * 4
+
+
+def test_device_timer_syncs_before_each_clock_read():
+    fake = FakeDevice([2.5])
+    with timing.DeviceTimer("cpu", sync=fake.sync, clock=fake.clock) as t:
+        fake.work()
+    assert fake.events == ["sync", "clock", "fn", "sync", "clock"]
+    assert t.seconds == 2.5
+
+
+def test_device_timer_default_sync(monkeypatch):
+    calls = []
+    monkeypatch.setattr(timing, "synchronize", lambda device: calls.append(str(device)))
+    with timing.DeviceTimer("cpu") as t:
+        pass
+    assert calls == ["cpu", "cpu"]
+    assert t.seconds >= 0
+
+
+@pytest.mark.parametrize(("repeats", "warmup"), [(0, 1), (-1, 0), (3, -1)])
+def test_bad_repeats_or_warmup(repeats, warmup):
+    with pytest.raises(ValueError, match="repeats"):
+        timing.time_on_device(lambda: None, repeats=repeats, warmup=warmup)
+
+
+def test_not_callable():
+    with pytest.raises(TypeError, match="callable"):
+        timing.time_on_device(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="callable"):
+        timing.benchmark("x @ x")  # type: ignore[arg-type]
+
+
+def test_benchmark_rejects_non_positive_run_time():
+    with pytest.raises(ValueError, match="min_run_time"):
+        timing.benchmark(lambda: None, min_run_time=0)
+
+
+def test_benchmark_wraps_torch_utils_benchmark():
+    x = torch.ones(8, 8)
+    m = timing.benchmark(lambda: x @ x, "cpu", label="matmul", min_run_time=0.01)
+    assert m.label == "matmul"
+    assert m.median > 0
+
+
+def test_format_seconds():
+    assert timing.format_seconds(0.25) == "250.0 ms"
+    assert timing.format_seconds(1.5e-5) == "15.0 us"
+    assert timing.format_seconds(3.0) == "3.0 s"

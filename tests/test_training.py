@@ -1,0 +1,160 @@
+"""helpers.training on tiny synthetic data: learning happens, accuracy is counted right, runs repeat, modes are set."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from helpers import training
+
+
+def blobs(n: int = 256, seed: int = 0) -> TensorDataset:
+    """Two Gaussian clouds in 8 dimensions, one per class: learnable in a few epochs."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, 2, (n,), generator=g)
+    X = torch.randn(n, 8, generator=g) + 1.5 * (2 * y[:, None] - 1)
+    return TensorDataset(X, y)
+
+
+def loaders(seed: int = 0) -> tuple[DataLoader, DataLoader]:
+    train = DataLoader(blobs(256, seed), batch_size=32, shuffle=True)
+    val = DataLoader(blobs(128, seed + 1), batch_size=64)
+    return train, val
+
+
+class ModeSpy(nn.Module):
+    """A linear layer that records, at every forward, whether it was in training mode and whether grad was on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 2)
+        self.seen: list[tuple[bool, bool]] = []
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        self.seen.append((self.training, torch.is_grad_enabled()))
+        return self.linear(X)
+
+
+def test_fit_learns_and_records_history():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    train, val = loaders()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    history = training.fit(model, train, val, opt, epochs=4, progress=False)
+    assert len(history) == 4
+    assert len(history.val_accuracy) == len(history.seconds) == 4
+    assert history.train_loss[-1] < history.train_loss[0]
+    assert history.val_accuracy[-1] > 0.9
+    assert set(history.last()) == {"train_loss", "train_accuracy", "val_loss", "val_accuracy", "seconds"}
+
+
+def test_evaluate_on_a_hand_made_case():
+    # Identity weights: the logits are the inputs themselves, so the right answers can be counted by eye.
+    model = nn.Linear(3, 3, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.eye(3))
+    X = torch.tensor([[5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [0.0, 0.0, 5.0], [5.0, 0.0, 0.0], [0.0, 5.0, 0.0]])
+    y = torch.tensor([0, 1, 0, 2, 1])  # rows 0, 1 and 4 are right: 3 of 5
+    loader = DataLoader(TensorDataset(X, y), batch_size=2)  # uneven batches: 2, 2, 1
+    result = training.evaluate(model, loader)
+    assert result["accuracy"] == pytest.approx(3 / 5)
+    assert result["loss"] == pytest.approx(F.cross_entropy(X, y).item())
+    right = -math.log(math.exp(5) / (math.exp(5) + 2))
+    wrong = -math.log(1 / (math.exp(5) + 2))
+    assert result["loss"] == pytest.approx((3 * right + 2 * wrong) / 5)
+
+
+def test_train_epoch_counts_what_it_trained_on():
+    model = nn.Linear(3, 3, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.eye(3))
+    X = torch.tensor([[5.0, 0.0, 0.0], [0.0, 0.0, 5.0]])
+    y = torch.tensor([0, 1])
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # no update, so the figures are those of the identity
+    result = training.train_epoch(model, [(X, y)], opt)
+    assert result["accuracy"] == 0.5
+    assert result["loss"] == pytest.approx(F.cross_entropy(X, y).item())
+
+
+def test_same_seed_same_run():
+    def run() -> tuple[training.History, list[torch.Tensor]]:
+        torch.manual_seed(1)
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 2))
+        train, val = loaders()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        history = training.fit(model, train, val, opt, epochs=2, seed=5, progress=False)
+        return history, [p.detach().clone() for p in model.parameters()]
+
+    (h1, p1), (h2, p2) = run(), run()
+    assert h1.train_loss == h2.train_loss and h1.val_accuracy == h2.val_accuracy
+    assert all(torch.equal(a, b) for a, b in zip(p1, p2, strict=True))
+
+
+def test_different_seed_different_run():
+    results = []
+    for seed in (5, 6):
+        torch.manual_seed(1)
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 2))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        results.append(training.fit(model, loaders()[0], None, opt, epochs=1, seed=seed, progress=False).train_loss)
+    assert results[0] != results[1]
+
+
+def test_modes_and_no_grad():
+    model = ModeSpy()
+    train, val = loaders()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.eval()  # train_epoch must switch it back on
+    training.train_epoch(model, train, opt)
+    assert model.seen and all(seen == (True, True) for seen in model.seen)
+    model.seen.clear()
+    training.evaluate(model, val)
+    assert model.seen and all(seen == (False, False) for seen in model.seen)
+    assert model.training  # evaluate restores the mode it found
+    model.eval()
+    training.evaluate(model, val)
+    assert not model.training
+
+
+def test_scheduler_steps_once_per_batch():
+    class Counter:
+        steps = 0
+
+        def step(self) -> None:
+            self.steps += 1
+
+    model = nn.Linear(8, 2)
+    train, _ = loaders()
+    sched = Counter()
+    training.train_epoch(model, train, torch.optim.SGD(model.parameters(), lr=0.1), scheduler=sched)
+    assert sched.steps == len(train)
+
+
+def test_progress_bar_advances_per_batch():
+    class Bar:
+        n = 0
+
+        def update(self, k: int) -> None:
+            self.n += k
+
+    model = nn.Linear(8, 2)
+    train, _ = loaders()
+    bar = Bar()
+    training.train_epoch(model, train, torch.optim.SGD(model.parameters(), lr=0.1), progress=bar)
+    assert bar.n == len(train)
+
+
+def test_bad_arguments():
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="epochs"):
+        training.fit(model, loaders()[0], None, opt, epochs=0)
+    with pytest.raises(ValueError, match="no batches"):
+        training.train_epoch(model, [], opt)
+    with pytest.raises(ValueError, match="no batches"):
+        training.evaluate(model, [])

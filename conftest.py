@@ -10,10 +10,14 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-import nbformat
-import pytest
+# Idle OpenMP threads sleep instead of spinning: with several processes on a 2-core machine (kernels, DDP ranks),
+# spinning threads slowed training steps more than tenfold in measurements. Set before torch is first imported.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from helpers import course
+import nbformat  # noqa: E402
+import pytest  # noqa: E402
+
+from helpers import course  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 os.environ.update(course.CHECK_ENV)

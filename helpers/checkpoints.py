@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -28,12 +28,25 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+def _create_temporary(path: Path) -> tuple[int, Path]:
+    """Create a new, empty file next to ``path``, with the permissions a plain ``open(path, "wb")`` would give it."""
+    # O_EXCL guarantees the file is new; mode 0o666 lets the kernel apply the user's umask, as open() does.
+    # (tempfile.mkstemp would create it 0o600, and the checkpoint would keep that mode after the rename.)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:  # a leftover from another save with the same random name: draw again
+            continue
+
+
 def save_checkpoint(obj: Any, path: str | os.PathLike[str]) -> Path:
     """Save ``obj`` with torch.save atomically: an interrupted save leaves the previous file at ``path`` intact."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # The temporary file sits in the same folder so that os.replace is a rename on one file system, which is atomic.
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp_name = _create_temporary(path)
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(obj, f)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import stat
 
 import pytest
 import torch
@@ -103,3 +105,16 @@ def test_weights_only_refuses_arbitrary_objects(tmp_path):
     save_checkpoint({"when": __import__("datetime").date(2024, 1, 1)}, path)
     with pytest.raises(pickle.UnpicklingError, match="weights_only"):
         load_checkpoint(path, "cpu")
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_saved_file_follows_the_umask(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        path = save_checkpoint({"w": torch.ones(2)}, tmp_path / "c.pt")
+        reference = tmp_path / "plain"
+        reference.write_bytes(b"")  # what open() gives a new file under the same umask
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask == stat.S_IMODE(reference.stat().st_mode)

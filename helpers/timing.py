@@ -107,7 +107,9 @@ def benchmark(
 ) -> torch.utils.benchmark.Measurement:
     """Measure ``fn()`` with ``torch.utils.benchmark.Timer.blocked_autorange``.
 
-    The Timer synchronises CUDA by itself; for other accelerators the call is wrapped so it does too.
+    The Timer's clock synchronises before each reading, around each block of calls: in recent PyTorch releases the
+    current accelerator (through ``torch.accelerator``), in older ones CUDA only. For devices other than the CPU and
+    CUDA each call is also wrapped with a synchronise, so the figures are right on every release the course supports.
     """
     from torch.utils import benchmark as tb
 

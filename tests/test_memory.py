@@ -148,3 +148,63 @@ def test_memory_stats_on_cuda():
     after = memory.memory_stats(device)
     assert after.allocated >= before.allocated + x.numel() * 4
     assert after.reserved >= after.allocated
+
+
+def test_max_size_lets_the_search_grow_from_a_modest_start():
+    step = FakeStep(limit=5000)
+    result = memory.largest_batch_size(step, 1024, max_size=2**20, clear=lambda: None)
+    assert step.calls[:4] == [1024, 2048, 4096, 8192]  # doubling until the first failure
+    assert result.largest == 5000
+    assert result.smallest_failure == 5001
+
+
+def test_growing_stops_at_max_size():
+    step = FakeStep(limit=10**9)
+    result = memory.largest_batch_size(step, 1024, max_size=3000, clear=lambda: None)
+    assert step.calls == [1024, 2048, 3000]
+    assert result.largest == 3000
+    assert result.smallest_failure is None
+
+
+def test_max_size_does_not_change_a_search_that_halves():
+    step = FakeStep(limit=300)
+    result = memory.largest_batch_size(step, 1024, max_size=4096, refine=False, clear=lambda: None)
+    assert step.calls == [1024, 512, 256]
+    assert result.largest == 256
+
+
+@pytest.mark.parametrize("max_size", [512, 0, True, 2048.0])
+def test_bad_max_size_raises_value_error(max_size):
+    with pytest.raises(ValueError, match="max_size"):
+        memory.largest_batch_size(FakeStep(limit=4), 1024, max_size=max_size)
+
+
+def test_memory_stats_on_mps_use_the_mps_counters(monkeypatch):
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: 2**20, raising=False)
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 3 * 2**20, raising=False)
+    emptied = []
+    monkeypatch.setattr(torch.mps, "empty_cache", lambda: emptied.append(True))
+    stats = memory.memory_stats("mps")
+    assert (stats.allocated, stats.reserved, stats.peak_allocated) == (2**20, 3 * 2**20, None)
+    assert str(stats) == "allocated 1.0 MiB | reserved 3.0 MiB | no peak figures on this backend"
+    memory.reset_peak("mps")  # no peak on MPS: a no-op, not an error
+    memory.release_cached_memory("mps")
+    assert emptied == [True]
+
+
+def test_memory_stats_on_mps_without_mps_is_none(monkeypatch):
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert memory.memory_stats("mps") is None
+    assert "not available on mps" in memory.memory_report("mps")
+
+
+def test_memory_stats_on_another_accelerator_use_torch_accelerator(monkeypatch):
+    figures = {"memory_allocated": 10, "memory_reserved": 20, "max_memory_allocated": 15, "max_memory_reserved": 25}
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("xpu"))
+    monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 0)
+    for name, value in figures.items():
+        monkeypatch.setattr(torch.accelerator, name, lambda index, value=value: value)
+    stats = memory.memory_stats("xpu")
+    assert stats == memory.MemoryStats(allocated=10, reserved=20, peak_allocated=15, peak_reserved=25)

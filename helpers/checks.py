@@ -139,38 +139,38 @@ def check_error_reading(argument: str | None, argument_device: str | None, messa
     return _verdict(name, True, "")
 
 
-def _leaves(batch: Any) -> list[Any]:
-    if isinstance(batch, dict):
-        return [leaf for key in sorted(batch, key=str) for leaf in _leaves(batch[key])]
-    if isinstance(batch, (list, tuple)):
-        return [leaf for item in batch for leaf in _leaves(item)]
-    return [batch]
-
-
 @exercise("02_batch_on_device")
 def check_batch_on_device(moved: Any, original: Any, device: torch.device) -> bool:
     """Lesson 02: every tensor of a nested batch on ``device``, same structure, shapes and values as ``original``."""
+    from helpers.placement import batch_leaves  # the walker lesson 02's report uses
+
     name = "whole batch on the device"
     if _unanswered(name, moved):
         return False
     if type(moved) is not type(original):
         return _verdict(name, False, f"expected a {type(original).__name__}, got {type(moved).__name__}")
-    got, want = _leaves(moved), _leaves(original)
-    if len(got) != len(want):
-        return _verdict(name, False, f"the batch has {len(want)} leaves, your answer {len(got)}")
-    for g, w in zip(got, want, strict=True):
+    got, want = dict(batch_leaves(moved)), dict(batch_leaves(original))
+    if got.keys() != want.keys():
+        lost, extra = sorted(want.keys() - got.keys()), sorted(got.keys() - want.keys())
+        return _verdict(name, False, f"the structure changed: missing {lost or 'nothing'}, new {extra or 'nothing'}")
+    for path, w in want.items():
+        g = got[path]
         if not isinstance(w, torch.Tensor):
-            if g != w:
-                return _verdict(name, False, f"a non-tensor value changed: {w!r} became {g!r}")
+            try:
+                same = g is w or bool(g == w)
+            except Exception:  # e.g. an array leaf, whose == gives no single truth value
+                same = False
+            if not same:
+                return _verdict(name, False, f"{path} is not a tensor and should stay as it was: {w!r} became {g!r}")
             continue
         if not isinstance(g, torch.Tensor):
-            return _verdict(name, False, f"a tensor became a {type(g).__name__}")
+            return _verdict(name, False, f"{path} became a {type(g).__name__}")
         if not _same_device(g.device, device):
-            return _verdict(name, False, f"a tensor of shape {tuple(g.shape)} is still on {g.device}, not {device}")
+            return _verdict(name, False, f"{path} is still on {g.device}, not {device}")
         if g.shape != w.shape or g.dtype != w.dtype:
-            return _verdict(name, False, f"a tensor changed shape or dtype: {tuple(w.shape)} {w.dtype}")
+            return _verdict(name, False, f"{path} changed shape or dtype: was {tuple(w.shape)} {w.dtype}")
         if g.device.type != "meta" and w.device.type != "meta" and not torch.equal(g.cpu(), w.cpu()):
-            return _verdict(name, False, "a tensor holds other values than the original")
+            return _verdict(name, False, f"{path} holds other values than the original")
     return _verdict(name, True, "")
 
 

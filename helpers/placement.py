@@ -15,13 +15,14 @@ from typing import Any
 import torch
 from torch import nn
 
-KINDS = ("parameter", "buffer", "attribute", "batch")
-"""What a tensor is to its owner; "attribute" is a plain tensor attribute of a module, which ``.to()`` leaves behind."""
-
 
 @dataclass(frozen=True)
 class Placement:
-    """One tensor: its name (``model.fc.weight``, ``batch['labels']``), what it is, and where it lives."""
+    """One tensor: its name (``model.fc.weight``, ``batch['labels']``), what it is, and where it lives.
+
+    ``kind`` is "parameter", "buffer", "attribute" (a plain tensor attribute of a module, which ``.to()`` leaves
+    behind) or "batch".
+    """
 
     name: str
     kind: str
@@ -34,20 +35,24 @@ def _shape(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(int(s) for s in t.shape)
 
 
-def batch_tensors(batch: Any, prefix: str = "batch") -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor inside a nested batch (dicts, lists, tuples, named tuples), with the path that reaches it."""
-    if isinstance(batch, torch.Tensor):
-        yield prefix, batch
-    elif isinstance(batch, Mapping):
+def batch_leaves(batch: Any, prefix: str = "batch") -> Iterator[tuple[str, Any]]:
+    """Every leaf of a nested batch (mappings, lists, tuples, named tuples), with the path that reaches it."""
+    if isinstance(batch, Mapping):
         for key, value in batch.items():
-            yield from batch_tensors(value, f"{prefix}[{key!r}]")
+            yield from batch_leaves(value, f"{prefix}[{key!r}]")
     elif isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a named tuple reads better by field name
         for field_name, value in zip(batch._fields, batch, strict=True):
-            yield from batch_tensors(value, f"{prefix}.{field_name}")
+            yield from batch_leaves(value, f"{prefix}.{field_name}")
     elif isinstance(batch, (list, tuple)):
         for i, value in enumerate(batch):
-            yield from batch_tensors(value, f"{prefix}[{i}]")
-    # anything else (numbers, strings, None) holds no tensor and is skipped
+            yield from batch_leaves(value, f"{prefix}[{i}]")
+    else:  # a tensor, or anything else (numbers, strings, None)
+        yield prefix, batch
+
+
+def batch_tensors(batch: Any, prefix: str = "batch") -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor inside a nested batch, with the path that reaches it; other leaves are skipped."""
+    return ((path, leaf) for path, leaf in batch_leaves(batch, prefix) if isinstance(leaf, torch.Tensor))
 
 
 def module_tensors(module: nn.Module, prefix: str = "model") -> Iterator[tuple[str, str, torch.Tensor]]:

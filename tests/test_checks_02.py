@@ -1,5 +1,8 @@
 """Lesson 02 checkers: each accepts the reference solution and rejects wrong answers."""
 
+from types import MappingProxyType
+
+import numpy as np
 import torch
 
 from helpers.checks import CHECKERS
@@ -66,3 +69,17 @@ def test_batch_on_device():
     wrong_values = _move(batch, "cpu")
     wrong_values["images"] = torch.zeros(4, 1, 28, 28)
     assert check(wrong_values, batch, torch.device("cpu")) is False
+
+
+def test_batch_on_device_compares_by_path_and_never_raises():
+    check = CHECKERS["02_batch_on_device"]
+    batch, meta = _batch(), torch.device("meta")
+    renamed = _move(batch, meta)
+    renamed["pixels"] = renamed.pop("images")  # same leaves, other key
+    assert check(renamed, batch, meta) is False
+    wrapped = MappingProxyType({"images": torch.ones(2), "tag": "x"})  # a Mapping that is not a dict
+    moved = MappingProxyType({"images": torch.ones(2, device="meta"), "tag": "x"})
+    assert check(moved, wrapped, meta) is True
+    assert check(wrapped, wrapped, meta) is False
+    with_array = {"images": torch.ones(2), "extra": np.zeros(3)}  # == on arrays has no single truth value
+    assert check({"images": torch.ones(2, device="meta"), "extra": np.ones(3)}, with_array, meta) is False

@@ -1,6 +1,7 @@
 """Unit tests of helpers.placement: the table of where tensors live, the odd ones out, and the GPU stand-ins."""
 
 from collections import namedtuple
+from types import MappingProxyType
 
 import pytest
 import torch
@@ -32,6 +33,19 @@ def test_batch_tensors_walks_nested_containers_and_skips_other_leaves():
     }
     names = [name for name, _ in placement.batch_tensors(batch)]
     assert names == ["batch['x']", "batch['more'][0]", "batch['more'][1][3]", "batch['pair'].targets"]
+
+
+def test_batch_leaves_keeps_every_leaf_and_walks_any_mapping():
+    proxy = MappingProxyType({"x": torch.zeros(2), "tag": "train"})  # a Mapping that is not a dict
+    leaves = list(placement.batch_leaves({"inner": proxy, "ids": [1, None]}))
+    assert [path for path, _ in leaves] == [
+        "batch['inner']['x']",
+        "batch['inner']['tag']",
+        "batch['ids'][0]",
+        "batch['ids'][1]",
+    ]
+    assert [leaf for _, leaf in leaves][1:] == ["train", 1, None]
+    assert [name for name, _ in placement.batch_tensors(proxy)] == ["batch['x']"]
 
 
 def test_placements_lists_parameters_buffers_attributes_and_batch():

@@ -5,7 +5,8 @@ torchrun starts the processes and gives each its RANK, LOCAL_RANK, WORLD_SIZE, M
     torchrun --standalone --nproc_per_node=2 -m helpers.ddp_train --epochs 2 --check-equivalence
 
 Only rank 0 logs and saves. ``--check-equivalence`` makes rank 0 also train a plain copy of the model, in one process,
-on each step's global batch (the union of every rank's batch) and print how far its weights end from the DDP model's.
+on each step's global batch (the union of every rank's batch) for the first ``--equivalence-steps`` steps, and print
+how far its weights are from the DDP model's after them.
 ``--fail-rank R`` makes rank R raise on its first step, to see how a failure ends the whole job.
 """
 
@@ -16,12 +17,16 @@ import copy
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from datetime import timedelta
 from pathlib import Path
+from typing import IO
 
 import torch
 import torch.distributed as dist
@@ -32,34 +37,83 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from helpers.checkpoints import save_checkpoint
 from helpers.models import build_model
+from helpers.training import evaluate
+from helpers.transfer import DeviceResidentLoader
 
+MODULE = "helpers.ddp_train"
 SUMMARY_FILE = "summary.json"
 CHECKPOINT_FILE = "checkpoint.pt"
 EQUIVALENCE_TOLERANCE = 1e-6
+EQUIVALENCE_STEPS = 50
+"""Steps over which --check-equivalence compares: float32 rounding differences grow with the number of steps."""
+STOP_GRACE = 40.0
+"""Seconds torchrun gets to stop its workers after SIGTERM (it gives them 30 s) before it is killed."""
 
 
-def torchrun_command(nproc: int, script_args: Sequence[str] = ()) -> list[str]:
-    """``torchrun --standalone --nproc_per_node=N -m helpers.ddp_train ...`` run by this Python (same environment)."""
-    # python -m torch.distributed.run is what the torchrun command runs; no PATH lookup can pick another Python.
+def _torchrun_args(nproc: int, script_args: Sequence[str], module: str) -> list[str]:
+    """What follows ``torchrun`` on the command line."""
     return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
         "--standalone",  # a rendezvous on this machine, on a free port
         f"--nproc_per_node={nproc}",
         "-m",
-        "helpers.ddp_train",
+        module,
         *script_args,
     ]
 
 
-def launch(nproc: int, script_args: Sequence[str] = (), timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    """Run the script under torchrun and capture its output; raises subprocess.TimeoutExpired after ``timeout``."""
+def torchrun_command(nproc: int, script_args: Sequence[str] = (), module: str = MODULE) -> list[str]:
+    """``torchrun --standalone --nproc_per_node=N -m helpers.ddp_train ...`` run by this Python (same environment)."""
+    # python -m torch.distributed.run is what the torchrun command runs; no PATH lookup can pick another Python.
+    return [sys.executable, "-m", "torch.distributed.run", *_torchrun_args(nproc, script_args, module)]
+
+
+def torchrun_line(nproc: int, script_args: Sequence[str] = (), module: str = MODULE) -> str:
+    """The same launch as one would type it in a terminal: ``torchrun --standalone ...``."""
+    return shlex.join(["torchrun", *_torchrun_args(nproc, script_args, module)])
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """End torchrun so that it takes its workers with it: SIGTERM first, SIGKILL only if it does not exit."""
+    # SIGKILL (what subprocess.run sends on a timeout) cannot be caught: torchrun would die at once and leave its
+    # workers, which run in sessions of their own, alive. On SIGTERM it stops them (SIGTERM, then SIGKILL after its
+    # own 30 s) and exits.
+    process.terminate()
+    try:
+        process.wait(timeout=STOP_GRACE)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def launch(
+    nproc: int, script_args: Sequence[str] = (), timeout: float = 120.0, module: str = MODULE
+) -> subprocess.CompletedProcess[str]:
+    """Run the script under torchrun and capture its output.
+
+    After ``timeout`` seconds (or on Ctrl-C / a kernel interrupt) torchrun is asked to stop its workers and exit;
+    a timeout then raises subprocess.TimeoutExpired carrying the output so far. No worker is left running.
+    """
+    command = torchrun_command(nproc, script_args, module)
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # what torchrun would set anyway, minus its warning about it
-    return subprocess.run(
-        torchrun_command(nproc, script_args), capture_output=True, text=True, timeout=timeout, env=env, check=False
-    )
+    # Files rather than pipes: reading a pipe waits until every process holding it has exited.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=env)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop(process)
+            raise subprocess.TimeoutExpired(command, timeout, output=_read(out), stderr=_read(err)) from None
+        except BaseException:  # KeyboardInterrupt: the notebook's stop button
+            _stop(process)
+            raise
+        return subprocess.CompletedProcess(command, process.returncode, _read(out), _read(err))
+
+
+def _read(file: IO[str]) -> str:
+    """Everything written to a temporary file so far."""
+    file.seek(0)
+    return file.read()
 
 
 def root_cause(stderr: str) -> list[str]:
@@ -102,6 +156,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds a collective may wait before failing")
     p.add_argument("--check-equivalence", action="store_true", help="compare with one process on the global batch")
+    p.add_argument(
+        "--equivalence-steps",
+        type=int,
+        default=EQUIVALENCE_STEPS,
+        help=f"how many first steps --check-equivalence compares (default {EQUIVALENCE_STEPS}; 0: all)",
+    )
     p.add_argument("--fail-rank", type=int, default=-1, help="this rank raises on its first step (a failure demo)")
     return p.parse_args(argv)
 
@@ -116,34 +176,45 @@ def synthetic_data(size: int, image_seed: int, teacher_seed: int) -> TensorDatas
 
 def image_data(name: str, train: bool, root: str | None, limit: int) -> TensorDataset:
     """MNIST or FashionMNIST as normalised tensors: indexing a tensor is much faster than decoding images one by one."""
-    from helpers.data import DATASETS, canonical_name, load_dataset  # imports torchvision, so only when needed
+    from helpers.data import load_dataset  # imports torchvision, so only when needed
 
-    name = canonical_name(name)
     raw = load_dataset(name, train=train, root=root, verbose=False)
-    stats = DATASETS[name]
-    X = ((raw.data.float() / 255 - stats["mean"]) / stats["std"]).unsqueeze(1)  # (N, 28, 28) -> (N, 1, 28, 28)
-    y = raw.targets
+    # The device-resident loader converts the raw uint8 images exactly as the dataset's own transform would
+    # (ToTensor, then Normalize); here it is used on the CPU only for that conversion.
+    converted = DeviceResidentLoader.from_dataset(raw, "cpu", shuffle=False, seed=0)
+    X, y = converted.images, converted.labels  # (N, 1, 28, 28) float32, (N,) int64
     if limit > 0:
         X, y = X[:limit], y[:limit]
     return TensorDataset(X, y)
 
 
-def load_data(args: argparse.Namespace, rank: int) -> tuple[TensorDataset, TensorDataset]:
-    """Train and test sets; rank 0 loads (and may download or unpack) first, the others read what it left."""
+def load_data(args: argparse.Namespace) -> tuple[TensorDataset, TensorDataset]:
+    """Train and test sets. Called before the process group exists, so a first download is under no collective timeout.
+
+    When the files are missing, a lock file next to them lets one process download (or unpack) while the others wait
+    for it and then find the files; every process on the machine shares the data folder.
+    """
     if args.dataset.lower() == "synthetic":
         train = synthetic_data(args.synthetic_size, args.seed, args.seed)
         test = synthetic_data(max(args.synthetic_size // 4, 1), args.seed + 1, args.seed)  # same teacher
         return train, test
-    if rank != 0:
-        dist.barrier()  # wait until rank 0 has the files, so no two processes download or unpack at once
-    train = image_data(args.dataset, True, args.data_dir, args.limit)
-    test = image_data(args.dataset, False, args.data_dir, args.limit // 5 if args.limit > 0 else 0)
-    if rank == 0:
-        dist.barrier()
+    from filelock import FileLock  # a dependency of torch itself
+
+    from helpers.data import canonical_name, data_dir, is_present
+
+    name, root = canonical_name(args.dataset), data_dir(args.data_dir)
+    if is_present(name, root):
+        lock = nullcontext()  # nothing to write, so the folder may even be read-only
+    else:
+        root.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(root / f".{name}.lock")
+    with lock:
+        train = image_data(name, True, args.data_dir, args.limit)
+        test = image_data(name, False, args.data_dir, args.limit // 5 if args.limit > 0 else 0)
     return train, test
 
 
-def pick_device(requested: str, local_rank: int, local_world_size: int) -> torch.device:
+def device_for_local_rank(requested: str, local_rank: int, local_world_size: int) -> torch.device:
     """cuda:LOCAL_RANK when every local process can have its own GPU (or "cuda" is asked for), else the CPU."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if requested == "cuda" or (requested == "auto" and gpus >= local_world_size):
@@ -153,7 +224,9 @@ def pick_device(requested: str, local_rank: int, local_world_size: int) -> torch
     return torch.device("cpu")
 
 
-def global_batches(dataset: TensorDataset, world_size: int, batch_size: int, seed: int, epoch: int):
+def global_batches(
+    dataset: TensorDataset, world_size: int, batch_size: int, seed: int, epoch: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield each step's global batch: rank 0's batch, then rank 1's, ..., exactly as DistributedSampler splits them.
 
     A sampler built with ``num_replicas`` and ``rank`` needs no process group, so one process can rebuild every
@@ -175,17 +248,6 @@ def flat_parameters(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-@torch.no_grad()
-def accuracy(model: nn.Module, dataset: TensorDataset, device: torch.device, batch_size: int = 1000) -> float:
-    """Fraction of ``dataset`` the model classifies correctly."""
-    model.eval()
-    correct = 0
-    for X, y in DataLoader(dataset, batch_size=batch_size):
-        correct += (model(X.to(device)).argmax(dim=1) == y.to(device)).sum().item()
-    model.train()
-    return correct / len(dataset)
-
-
 @record  # on failure, torchrun's summary shows this process's traceback, not only an exit code
 def main(argv: Sequence[str] | None = None) -> int:
     """Train with DDP under torchrun; returns the exit code."""
@@ -197,24 +259,40 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank, local_world_size = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
-    device = pick_device(args.device, local_rank, local_world_size)
+    device = device_for_local_rank(args.device, local_rank, local_world_size)
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
-        torch.cuda.set_device(device)
-    # The timeout turns a collective that waits for a dead or stuck peer into an error instead of a hang.
+        torch.cuda.set_device(device)  # "the current GPU" of this process: its own, not GPU 0 for everyone
+    data = load_data(args)  # before the process group: a download may take longer than the collective timeout
+    # The timeout turns a collective that waits for a dead or stuck peer into an error within seconds; the defaults
+    # are 10 minutes (nccl) and 30 minutes (gloo). device_id binds the group to this GPU (nccl connects at once).
     dist.init_process_group(
         backend,
         timeout=timedelta(seconds=args.timeout),
         device_id=device if device.type == "cuda" else None,
     )
+    try:
+        train(args, data, device, backend)
+        # Wait for every rank before tearing down: a process that leaves right after its last collective can abort
+        # its peer (gloo, two CPU processes: SIGABRT in about one run in four without this barrier).
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()  # also after an error, so the process exits without leaking the group
+    return 0
+
+
+def train(
+    args: argparse.Namespace, data: tuple[TensorDataset, TensorDataset], device: torch.device, backend: str
+) -> None:
+    """The DDP training loop, run by every rank inside an initialised process group."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
 
     def log(message: str) -> None:
         if rank == 0:  # one voice: N processes printing the same line N times helps nobody
             print(message, flush=True)
 
-    train_set, test_set = load_data(args, rank)
+    train_set, test_set = data
     sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=args.seed)
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
     print(
@@ -233,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     loss_fn = nn.CrossEntropyLoss()
     if reference is not None:
         ref_optimizer = torch.optim.SGD(reference.parameters(), lr=args.lr)
+    ref_diffs: list[float] = []  # after each compared step: largest |DDP weight - reference weight|
     log(
         f"DDP: world size {world_size}, backend {backend}, {args.dataset} ({len(train_set)} images), "
         f"global batch {args.batch_size} x {world_size} = {args.batch_size * world_size}"
@@ -258,12 +337,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             optimizer.step()
             totals[0] += loss.detach() * len(y)
             totals[1] += len(y)
-            if ref_batches is not None:
+            if ref_batches is not None and (args.equivalence_steps <= 0 or len(ref_diffs) < args.equivalence_steps):
                 X_all, y_all = next(ref_batches)
                 ref_loss = loss_fn(reference(X_all.to(device)), y_all.to(device))
                 ref_optimizer.zero_grad()
                 ref_loss.backward()
                 ref_optimizer.step()
+                gap = (flat_parameters(ddp_model.module) - flat_parameters(reference)).abs().max().item()
+                ref_diffs.append(gap)
         dist.all_reduce(totals)  # sum over ranks, so rank 0 can report the loss over all images
         mean_loss = (totals[0] / totals[1]).item()
         history.append(mean_loss)
@@ -289,25 +370,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             "global_batch": args.batch_size * world_size,
             "losses": history,
             "seconds": seconds,
-            "test_accuracy": accuracy(ddp_model.module, test_set, device),
+            "test_accuracy": evaluate(ddp_model.module, DataLoader(test_set, batch_size=1000))["accuracy"],
             "replica_max_abs_diff": replica_gap.item(),
             "checkpoint": CHECKPOINT_FILE,
         }
         log(f"replicas agree: largest difference from rank 0's weights {summary['replica_max_abs_diff']:.1e}")
-        if reference is not None:
-            diff = (flat_parameters(ddp_model.module) - flat_parameters(reference)).abs().max().item()
-            summary["reference_max_abs_diff"] = diff
+        if ref_diffs:
+            summary["reference_steps"] = len(ref_diffs)
+            summary["reference_diffs"] = ref_diffs
+            summary["reference_max_abs_diff"] = ref_diffs[-1]
             log(
-                f"one process on the global batch ends {diff:.1e} away from the DDP weights "
-                f"(below {EQUIVALENCE_TOLERANCE:g}: {diff < EQUIVALENCE_TOLERANCE})"
+                f"one process on the global batch, after the first {len(ref_diffs)} steps: largest weight "
+                f"difference {ref_diffs[-1]:.1e} (below {EQUIVALENCE_TOLERANCE:g}: "
+                f"{ref_diffs[-1] < EQUIVALENCE_TOLERANCE})"
             )
         log(f"test accuracy {summary['test_accuracy']:.1%}, {seconds:.1f} s of training")
         (Path(args.out) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
-    # Wait for every rank before tearing down: a process that leaves right after its last collective can abort its
-    # peer (gloo, two CPU processes: SIGABRT in about one run in four without this barrier).
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -11,10 +13,13 @@ import torch
 
 from helpers import ddp_train
 from helpers.checkpoints import load_checkpoint
+from helpers.data import DatasetUnavailableError
 from helpers.models import build_model
 
 QUICK = ["--device", "cpu", "--epochs", "1", "--synthetic-size", "64", "--batch-size", "16"]
 """A launch that does every collective the real run does (DDP's broadcast, all-reduces, barrier) in little time."""
+TIMEOUT_TEST_S = 6.0
+"""Long enough for torchrun to start two tiny workers on a busy machine, short enough to keep the test quick."""
 
 
 def _report(result) -> str:
@@ -58,6 +63,39 @@ def test_a_failing_rank_ends_the_job_with_an_error(tmp_path: Path) -> None:
     assert not (tmp_path / ddp_train.SUMMARY_FILE).exists()
 
 
+SLEEPER = """
+import os, sys, time
+open(os.path.join(sys.argv[1], f"{os.getpid()}.pid"), "w").close()  # "I have started"
+time.sleep(300)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_timed_out_launch_leaves_no_worker_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "sleeper.py").write_text(SLEEPER)  # a worker that never finishes
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    start = time.perf_counter()
+    with pytest.raises(subprocess.TimeoutExpired):
+        ddp_train.launch(2, [str(tmp_path)], timeout=TIMEOUT_TEST_S, module="sleeper")
+    assert time.perf_counter() - start < TIMEOUT_TEST_S + ddp_train.STOP_GRACE
+    pids = [int(path.stem) for path in tmp_path.glob("*.pid")]
+    assert len(pids) == 2, "both workers should have started before the timeout"
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [pid for pid in pids if _alive(pid)]
+    for pid in left:
+        os.kill(pid, 9)  # do not leave them behind even when the test fails
+    assert not left, f"workers still running after the timeout: {left}"
+
+
 @pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # @record under pytest's captured stderr
 def test_refuses_to_run_without_torchrun(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     monkeypatch.delenv("RANK", raising=False)
@@ -80,3 +118,22 @@ def test_global_batches_are_the_union_of_the_rank_batches() -> None:
 
 def test_root_cause_without_a_report() -> None:
     assert ddp_train.root_cause("all good") == []
+
+
+def test_load_data_reads_images_as_normalised_tensors() -> None:
+    try:
+        train, test = ddp_train.load_data(ddp_train.parse_args(["--dataset", "FashionMNIST", "--limit", "100"]))
+    except DatasetUnavailableError as exc:
+        pytest.skip(f"Fashion-MNIST is not on this machine: {exc}")
+    X, y = train.tensors
+    assert X.shape == (100, 1, 28, 28) and X.dtype == torch.float32 and len(test) == 20
+    assert abs(X.mean().item()) < 0.5 and y.dtype == torch.int64  # normalised, not raw 0..255 pixels
+
+
+def test_device_for_local_rank_and_the_terminal_line() -> None:
+    if not torch.cuda.is_available():
+        assert ddp_train.device_for_local_rank("auto", 1, 2) == torch.device("cpu")
+    assert ddp_train.device_for_local_rank("cpu", 0, 1) == torch.device("cpu")
+    line = ddp_train.torchrun_line(2, ["--epochs", "1"])
+    assert line == "torchrun --standalone --nproc_per_node=2 -m helpers.ddp_train --epochs 1"
+    assert ddp_train.torchrun_command(2, ["--epochs", "1"])[-6:] == line.split()[1:]

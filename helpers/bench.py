@@ -219,6 +219,60 @@ def goal_lines(results: list[Measurement]) -> list[str]:
     return lines
 
 
+def findings(results: list[Measurement], workers: int = 2) -> list[str]:
+    """Sentences on what this run measured, each chosen from its own numbers (not written in advance)."""
+    r = speedups(results)
+    lines: list[str] = []
+    if ("resident", "data") in r:
+        res = r[("resident", "data")]
+        lines.append(f"Data only, the device-resident pipeline delivered {res:,.1f}x the lab's images/s.")
+    if ("workers", "data") in r:
+        w = r[("workers", "data")]
+        if w < 0.9:
+            how = f"slowed the DataLoader down ({w:.1f}x the lab's rate): on {os.cpu_count()} CPU cores they compete"
+            how += " with the main process instead of running beside it"
+        elif w <= 1.1:
+            how = f"made little difference ({w:.1f}x the lab's rate) on {os.cpu_count()} CPU cores"
+        else:
+            how = f"sped the DataLoader up {w:.1f}x by preparing batches on other cores ({os.cpu_count()} here)"
+        lines.append(f"{workers} worker processes {how}.")
+    if ("wrapper", "data") in r and ("resident", "data") in r:
+        wr, res = r[("wrapper", "data")], r[("resident", "data")]
+        tail = (
+            f"batching by index on the device was {res / wr:.1f}x faster again"
+            if res > wr
+            else "batching by index on the device was no faster here"
+        )
+        lines.append(f"Converting the images once (the wrapper) gave {wr:.1f}x the lab's rate; {tail}.")
+    if ("resident", "linear") in r and ("resident", "cnn") in r:
+        lin, cnn = r[("resident", "linear")], r[("resident", "cnn")]
+        if cnn < lin:
+            lines.append(
+                f"With a model to train, the gain shrinks to what the model's own step allows: {lin:.1f}x with the "
+                f"linear model, {cnn:.1f}x with the CNN, whose arithmetic per image now dominates."
+            )
+        else:
+            lines.append(f"With a model to train, the resident pipeline gave {lin:.1f}x (linear) and {cnn:.1f}x (CNN).")
+    return lines
+
+
+def grid_findings(rates: dict[str, dict[int, float]]) -> list[str]:
+    """Sentences on the batch-size experiment, ``rates[device][batch_size]`` in images/s, from its own numbers."""
+    lines = []
+    for dev, per_size in rates.items():
+        small, large = min(per_size), max(per_size)
+        gain = per_size[large] / per_size[small]
+        lines.append(f"{dev}: batch {large} trained {gain:.1f}x as many images/s as batch {small}.")
+    if "cpu" in rates and len(rates) > 1:
+        for dev, per_size in rates.items():
+            if dev == "cpu":
+                continue
+            shared = sorted(set(per_size) & set(rates["cpu"]))
+            ratios = ", ".join(f"{per_size[b] / rates['cpu'][b]:.1f}x at batch {b}" for b in shared)
+            lines.append(f"{dev} against the CPU: {ratios}.")
+    return lines
+
+
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m helpers.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", help="device to run on (default: auto, as pick_device chooses)")

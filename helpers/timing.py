@@ -118,7 +118,7 @@ def benchmark(
     if min_run_time <= 0:
         raise ValueError(f"min_run_time must be positive, got {min_run_time}.")
     device = torch.device(device)
-    if device.type in ("cpu", "cuda"):
+    if device.type == "cpu":
         stmt_fn = fn
     else:
 

@@ -41,10 +41,6 @@ class History:
         return {k: v[-1] for k, v in vars(self).items() if v}
 
 
-def _batch_size(loader: Iterable) -> int | None:
-    return getattr(loader, "batch_size", None)
-
-
 def _total(loader: Iterable) -> int | None:
     try:
         return len(loader)  # type: ignore[arg-type]
@@ -123,8 +119,11 @@ def fit(
 ) -> History:
     """Train for ``epochs`` epochs, evaluating on ``val_loader`` after each; returns the History.
 
-    ``seed`` re-seeds PyTorch first, so a run (model already built, loaders drawing their order from the global
-    generator) repeats exactly. The progress bar shows one tick per batch and the last epoch's figures.
+    ``seed`` re-seeds PyTorch first, so that dropout and a DataLoader without a generator of its own repeat; a
+    ``DeviceResidentLoader`` keeps its own generator, seeded when it was built. On the CPU a run then repeats
+    exactly; on CUDA some kernels (cuDNN convolutions' backward among them) are nondeterministic unless
+    ``torch.use_deterministic_algorithms(True)`` is set. The progress bar shows one tick per batch and the last
+    epoch's figures.
     """
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}.")

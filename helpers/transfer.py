@@ -74,16 +74,27 @@ class DeviceDataLoader:
 
 
 def _find_normalize(transform: Any) -> tuple[float, float] | None:
-    """The (mean, std) of a single-channel Normalize inside ``transform`` (a Compose or the Normalize itself)."""
+    """The (mean, std) of the single-channel Normalize in ``transform`` (ToTensor, optionally then Normalize).
+
+    Anything else in the transform (augmentation, resizing) could not be reproduced once for the whole data set, so
+    it raises instead of being silently skipped.
+    """
     from torchvision import transforms as T
 
+    found = None
     for t in getattr(transform, "transforms", [transform]):
         if isinstance(t, T.Normalize):
-            mean, std = t.mean, t.std
-            mean = mean[0] if isinstance(mean, (list, tuple)) else mean
-            std = std[0] if isinstance(std, (list, tuple)) else std
-            return float(mean), float(std)
-    return None
+            mean = t.mean if isinstance(t.mean, (list, tuple)) else [t.mean]
+            std = t.std if isinstance(t.std, (list, tuple)) else [t.std]
+            if len(mean) != 1 or len(std) != 1:
+                raise ValueError(f"Expected a single-channel Normalize, got mean={t.mean}, std={t.std}.")
+            found = float(mean[0]), float(std[0])
+        elif not isinstance(t, T.ToTensor):
+            raise ValueError(
+                f"The dataset's transform contains {type(t).__name__}; DeviceResidentLoader can only reproduce "
+                "ToTensor and Normalize. Pass converted images to DeviceResidentLoader directly."
+            )
+    return found
 
 
 def _images_and_labels(dataset: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
@@ -148,11 +159,13 @@ class DeviceResidentLoader:
         """The order of the epoch being (or last) iterated: sample ids, on the device."""
 
     def _device_generator(self, seed: int) -> torch.Generator:
+        """A generator on the device, so the permutation is made there; a CPU one where the backend lacks that."""
         try:
-            generator = torch.Generator(device=self.device)
-        except RuntimeError:  # a backend without device generators: permute on the CPU instead
-            generator = torch.Generator()
-        return generator.manual_seed(seed)
+            generator = torch.Generator(device=self.device).manual_seed(seed)
+            torch.randperm(2, device=self.device, generator=generator)  # does randperm accept it on this backend?
+            return generator.manual_seed(seed)
+        except (RuntimeError, NotImplementedError):  # e.g. no device generators: permute on the CPU, then copy
+            return torch.Generator().manual_seed(seed)
 
     @classmethod
     def from_dataset(
@@ -177,6 +190,7 @@ class DeviceResidentLoader:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = len(self.labels)
         if self.shuffle:
+            # randperm refuses a generator of another device type than its output: made where the generator lives
             order = torch.randperm(n, device=self.generator.device, generator=self.generator).to(self.device)
         else:
             order = torch.arange(n, device=self.device)

@@ -65,3 +65,11 @@ def test_predict_proba():
 def test_every_lesson_05_checker_is_covered():
     ours = {k for k in CHECKERS if k.startswith("05_")}
     assert ours == {"05_count_correct", "05_predict_proba"}
+
+
+def test_predict_proba_checker_leaves_the_random_state_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    CHECKERS["05_predict_proba"](predict_proba, torch.device("cpu"))
+    assert torch.equal(torch.rand(3), expected)

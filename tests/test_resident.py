@@ -154,3 +154,33 @@ def test_bad_arguments():
         DeviceResidentLoader(images.float(), torch.zeros(4), "cpu")
     with pytest.raises(TypeError, match="targets"):
         DeviceResidentLoader.from_dataset(torch.utils.data.TensorDataset(images), "cpu")
+
+
+def test_a_backend_without_device_randperm_permutes_on_the_cpu():
+    # The meta device has no generator: the loader falls back to a CPU generator and copies the order over.
+    images, labels = torch.zeros(10, 28, 28, dtype=torch.uint8), torch.arange(10)
+    loader = DeviceResidentLoader(images, labels, "meta", batch_size=4, seed=0)
+    assert loader.generator.device.type == "cpu"
+    batches = list(loader)
+    assert [X.device.type for X, _ in batches] == ["meta"] * 3
+    assert loader.epoch_indices.device.type == "meta"
+
+
+def test_on_the_cpu_the_generator_is_the_devices():
+    loader = DeviceResidentLoader(torch.zeros(4, 2, 2, dtype=torch.uint8), torch.arange(4), "cpu", seed=0)
+    assert loader.generator.device.type == "cpu"
+
+
+def test_transforms_it_cannot_reproduce_are_refused():
+    from torchvision import transforms as T
+
+    ds = TinyMNIST(10)
+    ds.transform = T.Compose([T.RandomHorizontalFlip(), T.ToTensor()])
+    with pytest.raises(ValueError, match="RandomHorizontalFlip"):
+        DeviceResidentLoader.from_dataset(ds, "cpu")
+    ds.transform = T.Compose([T.ToTensor(), T.Normalize((0.1, 0.2), (0.3, 0.4))])
+    with pytest.raises(ValueError, match="single-channel"):
+        DeviceResidentLoader.from_dataset(ds, "cpu")
+    ds.transform = T.ToTensor()  # no Normalize: only the scaling to [0, 1]
+    X, _ = next(iter(DeviceResidentLoader.from_dataset(ds, "cpu", 10, shuffle=False)))
+    assert torch.equal(X[0, 0], ds.data[0].float() / 255)

@@ -10,9 +10,16 @@ a learner who sets none of them gets the defaults written in the notebook's para
 
 from __future__ import annotations
 
+import contextlib
+import linecache
 import os
 import random
+import re
+import sys
+import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
+from types import FrameType
 
 import torch
 
@@ -97,3 +104,59 @@ def cuda_gpus(needed: int, shows: str) -> bool:
         return True
     print(f"Skipped (needs {needed} CUDA GPU{'s' if needed > 1 else ''}, this machine has {count}): {shows}")
     return False
+
+
+class ErrorExpectationFailed(AssertionError):
+    """A block run under ``expect_error`` did not raise the error the lesson is about."""
+
+
+@dataclass
+class CaughtError:
+    """What ``expect_error`` caught: the exception, and the line of the block that raised it."""
+
+    error: BaseException | None = None
+    line: str = ""
+
+
+def _raising_line(exc: BaseException, block: FrameType) -> str:
+    """``line N: source`` of the block's own line that raised (the cell's line, not one deep inside a library)."""
+    found = [lineno for frame, lineno in traceback.walk_tb(exc.__traceback__) if frame is block]
+    if not found:
+        return ""
+    source = linecache.getline(block.f_code.co_filename, found[-1], block.f_globals).strip()
+    return f"line {found[-1]}: {source}"
+
+
+@contextlib.contextmanager
+def expect_error(
+    kind: type[BaseException] | tuple[type[BaseException], ...], match: str | None = None
+) -> Iterator[CaughtError]:
+    """Run a block that must raise ``kind`` (its message matching the regular expression ``match``), and go on.
+
+    The error is shown as a learner would meet it (the line of the block that raised it, then type and message) on
+    stderr, so a notebook front end shows it as an error, and the cell ends normally, so "Run all" carries on.
+    If the block raises nothing, or another error, or a message that does not match, ErrorExpectationFailed is
+    raised: a lesson whose point has gone stale fails instead of printing nothing. Taught in lesson 00.
+    """
+    block = sys._getframe(2)  # the cell (or function) holding the ``with`` statement
+    caught = CaughtError()
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    wanted = " or ".join(k.__name__ for k in kinds)
+    try:
+        yield caught
+    except kinds as exc:
+        message = str(exc)
+        if match is not None and not re.search(match, message):
+            raise ErrorExpectationFailed(
+                f"expected {wanted} with a message matching {match!r}, got {type(exc).__name__}: {message}"
+            ) from exc
+        caught.error, caught.line = exc, _raising_line(exc, block)
+        shown = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+        sys.stdout.flush()
+        print(f"{caught.line}\n{shown}" if caught.line else shown, file=sys.stderr, flush=True)
+    except BaseException as exc:
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise ErrorExpectationFailed(f"expected {wanted}, got {type(exc).__name__}: {exc}") from exc
+    else:
+        raise ErrorExpectationFailed(f"expected {wanted}, but the block raised nothing")

@@ -1,9 +1,15 @@
-"""Helpers for models wrapped in ``nn.DataParallel`` or ``DistributedDataParallel`` (lessons 06 and 07)."""
+"""Helpers for models wrapped in ``nn.DataParallel`` or ``DistributedDataParallel``, and for child processes
+started from a notebook (lessons 06 and 07)."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import sys
+import tempfile
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TypeVar
 
 import torch
@@ -51,3 +57,30 @@ def replica_split(batch_size: int, num_gpus: int) -> list[int]:
     if batch_size < 1 or num_gpus < 1:
         raise ValueError(f"Need batch_size >= 1 and num_gpus >= 1, got {batch_size} and {num_gpus}.")
     return [len(chunk) for chunk in torch.arange(batch_size).chunk(num_gpus)]
+
+
+@contextlib.contextmanager
+def child_stderr() -> Iterator[list[str]]:
+    """Collect what processes started inside the block write to standard error, as a list of lines, filled on exit.
+
+    Child processes inherit the parent's file descriptor 2, so their tracebacks bypass ``sys.stderr``: a terminal
+    shows them, some Jupyter front ends do not. Pointing descriptor 2 at a temporary file for the block (lesson 07)
+    lets the caller show them the same way everywhere. torch.multiprocessing's warning that it is terminating the
+    remaining children is held back as well: it names process ids that change on every run.
+    """
+    lines: list[str] = []
+    spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+    level = spawn_log.level
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        spawn_log.setLevel(logging.ERROR)
+        try:
+            yield lines
+        finally:
+            spawn_log.setLevel(level)
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines.extend(sink.read().decode(errors="replace").splitlines())

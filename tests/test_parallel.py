@@ -1,7 +1,11 @@
-"""helpers.parallel: the "module." prefix DataParallel adds to state-dict keys, and the split of a batch over GPUs."""
+"""helpers.parallel: the "module." prefix DataParallel adds to state-dict keys, the split of a batch over GPUs, and
+the standard error of child processes."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import OrderedDict
 
 import pytest
@@ -9,7 +13,7 @@ import torch
 from torch import nn
 
 from helpers.models import MLP
-from helpers.parallel import is_wrapped, replica_split, strip_module_prefix, unwrap
+from helpers.parallel import child_stderr, is_wrapped, replica_split, strip_module_prefix, unwrap
 
 
 def test_strips_only_a_leading_prefix() -> None:
@@ -79,3 +83,21 @@ def test_replica_split(batch: int, gpus: int, expected: list[int]) -> None:
 def test_replica_split_rejects_nonsense() -> None:
     with pytest.raises(ValueError):
         replica_split(0, 2)
+
+
+def test_child_stderr_collects_what_a_child_process_writes_to_descriptor_2(capfd) -> None:
+    with child_stderr() as lines:
+        subprocess.run([sys.executable, "-c", "import sys; print('from the child', file=sys.stderr)"], check=True)
+        assert lines == []  # filled when the block ends
+    assert lines == ["from the child"]
+    print("after the block", file=sys.stderr)
+    assert "from the child" not in capfd.readouterr().err
+
+
+def test_child_stderr_restores_descriptor_2_when_the_block_raises(capfd) -> None:
+    with pytest.raises(RuntimeError), child_stderr() as lines:
+        os.write(2, b"first\nsecond\n")
+        raise RuntimeError("the block failed")
+    assert lines == ["first", "second"]
+    os.write(2, b"back on the real stderr\n")
+    assert "back on the real stderr" in capfd.readouterr().err

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib
 import json
 import math
 import os
@@ -265,6 +266,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if device.type == "cuda":
         torch.cuda.set_device(device)  # "the current GPU" of this process: its own, not GPU 0 for everyone
     data = load_data(args)  # before the process group: a download may take longer than the collective timeout
+    # DDP imports torch._dynamo the first time it wraps a model. Imported while a process group exists, dynamo keeps
+    # references to that group, so destroy_process_group cannot free it: gloo's worker threads then live on into
+    # interpreter shutdown, where now and then one of them aborts the process (exit -6, "terminate called without an
+    # active exception") after training has finished. Imported before the group exists, it holds no reference, and
+    # destroy_process_group stops those threads while Python is still fully alive.
+    importlib.import_module("torch._dynamo")
     # The timeout turns a collective that waits for a dead or stuck peer into an error within seconds; the defaults
     # are 10 minutes (nccl) and 30 minutes (gloo). device_id binds the group to this GPU (nccl connects at once).
     dist.init_process_group(

@@ -63,6 +63,32 @@ def test_a_failing_rank_ends_the_job_with_an_error(tmp_path: Path) -> None:
     assert not (tmp_path / ddp_train.SUMMARY_FILE).exists()
 
 
+TEARDOWN_PROBE = """
+import os, sys
+from helpers import ddp_train
+
+code = ddp_train.main(sys.argv[2:])
+threads = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+with open(os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.txt"), "w") as f:
+    f.write("\\n".join(threads))
+sys.exit(code)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists threads through /proc (Linux)")
+def test_the_process_group_is_gone_before_the_interpreter_shuts_down(tmp_path: Path, monkeypatch) -> None:
+    # The cause of an abort at exit now and then (exit -6 after training had finished): gloo's worker threads were
+    # still running when Python shut down, because the process group outlived destroy_process_group.
+    (tmp_path / "teardown_probe.py").write_text(TEARDOWN_PROBE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    args = [str(tmp_path), *QUICK, "--out", str(tmp_path / "out")]
+    result = ddp_train.launch(2, args, timeout=120, module="teardown_probe")
+    assert result.returncode == 0, _report(result)
+    for rank in (0, 1):
+        threads = (tmp_path / f"rank{rank}.txt").read_text().split()
+        assert not [t for t in threads if "gloo" in t], f"rank {rank} still runs {threads} after main() returned"
+
+
 SLEEPER = """
 import os, sys, time
 open(os.path.join(sys.argv[1], f"{os.getpid()}.pid"), "w").close()  # "I have started"

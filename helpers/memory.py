@@ -66,7 +66,7 @@ def _backend(device: str | torch.device) -> str | None:
         return "mps" if mps_ok else None
     if device.type == "cpu":
         return None
-    # Other accelerators (XPU, ...) on a torch that has the device-generic memory API (torch >= 2.8).
+    # Other accelerators (XPU, ...) on a torch that has the device-generic memory API (torch >= 2.9; 2.8 lacks it).
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is None or not hasattr(accelerator, "memory_allocated") or not accelerator.is_available():
         return None

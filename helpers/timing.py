@@ -108,8 +108,9 @@ def benchmark(
     """Measure ``fn()`` with ``torch.utils.benchmark.Timer.blocked_autorange``.
 
     The Timer's clock synchronises before each reading, around each block of calls: in recent PyTorch releases the
-    current accelerator (through ``torch.accelerator``), in older ones CUDA only. For devices other than the CPU and
-    CUDA each call is also wrapped with a synchronise, so the figures are right on every release the course supports.
+    current accelerator (through ``torch.accelerator``), in torch 2.8 CUDA, XPU and PrivateUse1 devices but not MPS.
+    For devices other than the CPU and CUDA each call is also wrapped with a synchronise, so the figures are right on
+    every release the course supports.
     """
     from torch.utils import benchmark as tb
 

@@ -156,10 +156,46 @@ def _fake_mode() -> Any:
     """One FakeTensorMode per process, so fake tensors made in one ``with`` block can be used in the next."""
     global _FAKE_MODE
     if _FAKE_MODE is None:
-        from torch._subclasses.fake_tensor import FakeTensorMode  # a private module: imported only when needed
+        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # private: imported only when needed
 
-        _FAKE_MODE = FakeTensorMode(allow_non_fake_inputs=True)
+        class MovesRealTensorsAsFakes(FakeTensorMode):
+            """Fakes a real tensor before copying it to another device, instead of copying it for real.
+
+            Older releases (2.8 among them) constant-fold ``real_cpu_tensor.to("cuda")`` by running the real copy,
+            which needs a GPU driver: ``nn.Linear(3, 2).to("cuda")`` inside the mode failed with "Found no NVIDIA
+            driver". Newer releases skip that constant folding when CUDA is unavailable; this does the same.
+            """
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+                if func is torch.ops.aten._to_copy.default and args and not isinstance(args[0], FakeTensor):
+                    args = (self.from_tensor(args[0]), *args[1:])
+                return super().__torch_dispatch__(func, types, args, kwargs)
+
+        _FAKE_MODE = MovesRealTensorsAsFakes(allow_non_fake_inputs=True)
     return _FAKE_MODE
+
+
+def _index_fakes_with_aten() -> Any:
+    """A mode that runs ``fake[index_tensor]`` as the ``aten.index`` operator that Python indexing ends in.
+
+    On older releases (2.8 among them) Python indexing of a fake CUDA tensor first touches the CUDA driver, and fails
+    without one ("CUDA driver version is insufficient"); the operator itself checks devices as a GPU does.
+    """
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.overrides import TorchFunctionMode
+
+    class IndexFakesWithAten(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if (
+                func is torch.Tensor.__getitem__
+                and isinstance(args[0], FakeTensor)
+                and isinstance(args[1], torch.Tensor)
+                and args[1].dtype in (torch.int64, torch.int32)
+            ):
+                return torch.ops.aten.index.Tensor(args[0], [args[1]])
+            return func(*args, **(kwargs or {}))
+
+    return IndexFakesWithAten()
 
 
 @contextlib.contextmanager
@@ -167,17 +203,26 @@ def cuda_or_fake() -> Iterator[torch.device]:
     """Yield a CUDA device: the real GPU when one is visible, else fake CUDA tensors (FakeTensorMode) inside the block.
 
     Fake tensors carry a device, shape and dtype but no data, and PyTorch checks their devices the way the CUDA
-    kernels do; a module built outside the block can be moved to the fake GPU inside it (backward cannot run on
-    fake CUDA tensors without a GPU, forward can). Their mismatch error is a subclass of RuntimeError; it is
-    re-raised as the plain RuntimeError a GPU raises, with PyTorch's message unchanged.
+    kernels do; a module built outside the block can be moved to the fake GPU inside it. Only forward computations
+    run on them: autograd is off inside the block (older releases, 2.8 among them, abort the whole process when
+    autograd records an operation on a fake CUDA tensor without a GPU driver). Recent releases raise the mismatch as
+    a subclass of RuntimeError with the CUDA text; it is re-raised as the plain RuntimeError a GPU raises, with
+    PyTorch's message unchanged. Older releases word the stand-in's error differently (see lesson 02).
     """
     if torch.cuda.is_available():
         yield torch.device("cuda", torch.cuda.current_device())
         return
+    # Module.to() must give the module new Parameters holding the fake tensors: older releases otherwise set
+    # ``param.data`` to the fake tensor, which leaves a real Parameter on the meta device.
+    overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
+    torch.__future__.set_overwrite_module_params_on_conversion(True)
     try:
-        with _fake_mode():
+        with _fake_mode(), _index_fakes_with_aten(), torch.no_grad():
             yield torch.device("cuda", 0)
     except RuntimeError as err:
         if type(err).__name__ == "FakeTensorDeviceMismatchError":
-            raise RuntimeError(str(err)) from None
+            # Keep the traceback, so that it still points at the line of the block that raised.
+            raise RuntimeError(str(err)).with_traceback(err.__traceback__) from None
         raise
+    finally:
+        torch.__future__.set_overwrite_module_params_on_conversion(overwrite)

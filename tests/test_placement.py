@@ -1,5 +1,6 @@
 """Unit tests of helpers.placement: the table of where tensors live, the odd ones out, and the GPU stand-ins."""
 
+import re
 from collections import namedtuple
 from types import MappingProxyType
 
@@ -8,6 +9,7 @@ import torch
 from torch import nn
 
 from helpers import placement
+from helpers.lesson import expect_error
 
 Pair = namedtuple("Pair", ["inputs", "targets"])
 
@@ -121,12 +123,21 @@ def test_gpu_or_meta_without_gpu_is_meta():
         assert placement.gpu_or_meta() == torch.device("meta")
 
 
-def test_cuda_or_fake_raises_plain_runtime_error_with_cuda_message():
+def test_cuda_or_fake_raises_plain_runtime_error_naming_both_devices():
     with pytest.raises(RuntimeError) as info, placement.cuda_or_fake() as gpu:
         torch.ones(3, device=gpu) + torch.ones(3)
     assert type(info.value) is RuntimeError  # not a subclass: the type a GPU raises
-    assert "Expected all tensors to be on the same device" in str(info.value)
+    # The GPU's and recent releases' text says "same device"; older releases' fake tensors say "different devices".
+    assert re.search("same device|different devices", str(info.value))
     assert "cuda:0" in str(info.value) and "cpu" in str(info.value)
+
+
+def test_cuda_or_fake_error_points_at_the_line_of_the_block(capsys):
+    with expect_error(RuntimeError, match="same device|different devices"), placement.cuda_or_fake() as gpu:
+        t = torch.ones(3, device=gpu)
+        t * torch.ones(2, 3)[0]
+    line = capsys.readouterr().err.splitlines()[0]
+    assert line.endswith(": t * torch.ones(2, 3)[0]")
 
 
 def test_cuda_or_fake_allows_cpu_scalars_and_moves_modules():
@@ -136,6 +147,26 @@ def test_cuda_or_fake_allows_cpu_scalars_and_moves_modules():
         layer = layer.to(gpu)
         out = layer(torch.ones(4, 3).to(gpu))
     assert t.device.type == "cuda" and out.device.type == "cuda" and tuple(out.shape) == (4, 2)
+    assert all(p.device.type == "cuda" and p.requires_grad for p in layer.parameters())
+
+
+def test_cuda_or_fake_indexes_with_a_cpu_index_tensor():
+    with placement.cuda_or_fake() as gpu:
+        rows = torch.randn(10, 4, device=gpu)[torch.tensor([1, 5, 7])]
+    assert rows.device.type == "cuda" and tuple(rows.shape) == (3, 4)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the stand-in is used only without a GPU")
+def test_cuda_or_fake_turns_autograd_off_and_restores_the_conversion_flag():
+    before = torch.__future__.get_overwrite_module_params_on_conversion()
+    with placement.cuda_or_fake():
+        assert not torch.is_grad_enabled()  # older releases abort the process when autograd records fake CUDA ops
+    assert torch.is_grad_enabled()
+    assert torch.__future__.get_overwrite_module_params_on_conversion() == before
+    with pytest.raises(ValueError), placement.cuda_or_fake():
+        raise ValueError("restored after an error too")
+    assert torch.is_grad_enabled()
+    assert torch.__future__.get_overwrite_module_params_on_conversion() == before
 
 
 def test_cuda_or_fake_passes_other_errors_through():

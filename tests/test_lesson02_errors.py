@@ -1,22 +1,47 @@
-"""Lesson 02 raises every device-mismatch error it discusses: each error cell, found by its id, raises the
-exception type the lesson says it does, in a fresh run of the notebook."""
+"""Lesson 02 raises every error it discusses, for real, inside ``expect_error``: no cell relies on the
+``raises-exception`` tag (which Colab, Kaggle, VS Code and papermill ignore), each error cell names the error it
+expects, and a fresh run of the notebook shows that error on stderr, on the line of the cell that raised it."""
 
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
 import pytest
 
-EXPECTED_ENAME = {
-    "err-add-gpu-cpu": "RuntimeError",
-    "err-add-cpu-gpu": "RuntimeError",
-    "err-one-element": "RuntimeError",
-    "err-matmul": "RuntimeError",
-    "err-cat": "RuntimeError",
-    "err-index-select": "RuntimeError",
-    "err-linear-input": "RuntimeError",
-    "err-loss-labels": "RuntimeError",
-    "err-numpy": "TypeError",
-    "err-index-out-of-range": "IndexError",
-    "err-training-step": "RuntimeError",
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_device_mismatch_errors.ipynb"
+
+EXPECTED = {  # cell id: (the error's type, the line of the cell that raises it)
+    "err-add-gpu-cpu": ("RuntimeError", "t1 + t2"),
+    "err-add-cpu-gpu": ("RuntimeError", "t2 + t1"),
+    "err-one-element": ("RuntimeError", "t1 * torch.tensor([2.0])  # (1,): one element, but one dimension"),
+    "err-matmul": ("RuntimeError", "a @ b"),
+    "err-cat": ("RuntimeError", "torch.cat([seen, new_row])"),
+    "err-index-select": ("RuntimeError", "table.index_select(0, ids)"),
+    "err-linear-input": ("RuntimeError", "layer(x)"),
+    "err-loss-labels": ("RuntimeError", "F.cross_entropy(logits, labels)"),
+    "err-numpy": ("TypeError", "on_gpu.numpy()"),
+    "err-index-out-of-range": ("IndexError", "values[torch.tensor([12])]"),
+    "err-training-step": ("RuntimeError", "train_step(model, on_gpu, loss_fn, optimizer)"),
 }
-MISMATCH_TEXT = "Expected all tensors to be on the same device"
+MISMATCH = re.compile("same device|different devices")  # the words of the GPU text and of every stand-in text
+SHOWN = re.compile(r"^line (\d+): (.*)\n(\w+): (.*)$", re.MULTILINE)
+
+
+def _cell(nb: nbformat.NotebookNode, cell_id: str) -> nbformat.NotebookNode:
+    cells = [cell for cell in nb.cells if cell.get("id") == cell_id]
+    assert len(cells) == 1, f"no single cell with id {cell_id}"
+    return cells[0]
+
+
+def _stderr(cell: nbformat.NotebookNode) -> str:
+    return "".join(out["text"] for out in cell.get("outputs", []) if out.get("name") == "stderr")
+
+
+@pytest.fixture(scope="module")
+def committed() -> nbformat.NotebookNode:
+    return nbformat.read(NOTEBOOK, as_version=4)
 
 
 @pytest.fixture(scope="module")
@@ -24,26 +49,33 @@ def lesson02(executed_notebook):
     return executed_notebook("02")
 
 
-def _errors(cell):
-    return [out for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+def test_no_cell_relies_on_the_raises_exception_tag(committed):
+    tagged = [cell.get("id") for cell in committed.cells if "raises-exception" in cell.metadata.get("tags", [])]
+    assert tagged == []
 
 
-def test_every_raising_cell_is_listed(lesson02):
-    raising = {cell.get("id") for cell in lesson02.cells if "raises-exception" in cell.metadata.get("tags", [])}
-    assert raising == set(EXPECTED_ENAME)
+def test_every_error_cell_uses_expect_error_with_its_type(committed):
+    using = {cell.get("id") for cell in committed.cells if cell.cell_type == "code" and "expect_error(" in cell.source}
+    assert using == set(EXPECTED)
+    for cell_id, (kind, line) in EXPECTED.items():
+        source = _cell(committed, cell_id).source
+        assert re.search(rf"^with expect_error\({kind}, match=", source, re.MULTILINE), cell_id
+        assert any(src.strip() == line for src in source.splitlines()), f"{cell_id} no longer has the line {line!r}"
 
 
-@pytest.mark.parametrize("cell_id", sorted(EXPECTED_ENAME))
-def test_cell_raises_expected_type(lesson02, cell_id):
-    cells = [cell for cell in lesson02.cells if cell.get("id") == cell_id]
-    assert len(cells) == 1, f"no single cell with id {cell_id}"
-    errors = _errors(cells[0])
-    assert len(errors) == 1, f"{cell_id} raised nothing"
-    assert errors[0]["ename"] == EXPECTED_ENAME[cell_id]
-    if EXPECTED_ENAME[cell_id] == "RuntimeError" and cell_id not in ("err-index-out-of-range",):
-        assert MISMATCH_TEXT in errors[0]["evalue"]
+@pytest.mark.parametrize("cell_id", sorted(EXPECTED))
+def test_the_error_is_raised_for_real_and_shown(lesson02, cell_id):
+    kind, line = EXPECTED[cell_id]
+    cell = _cell(lesson02, cell_id)
+    shown = SHOWN.findall(_stderr(cell))
+    assert len(shown) == 1, f"{cell_id} showed no error on stderr: {_stderr(cell)!r}"
+    lineno, source, shown_kind, message = shown[0]
+    assert (source, shown_kind) == (line, kind)
+    assert cell.source.splitlines()[int(lineno) - 1].strip() == line  # the number is the cell's own line number
+    if kind == "RuntimeError":
+        assert MISMATCH.search(message), message
 
 
-def test_no_other_cell_raises(lesson02):
-    stray = [cell.get("id") for cell in lesson02.cells if _errors(cell) and cell.get("id") not in EXPECTED_ENAME]
-    assert stray == []
+def test_no_cell_of_a_fresh_run_has_an_error_output(lesson02):
+    outputs = {cell.get("id"): cell.get("outputs", []) for cell in lesson02.cells}
+    assert [cell_id for cell_id, outs in outputs.items() if any(o.get("output_type") == "error" for o in outs)] == []

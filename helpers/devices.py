@@ -16,6 +16,11 @@ KNOWN_TYPES = ("cpu", "cuda", "mps", "xpu")
 """Device types ``pick_device`` accepts by name, besides ``"auto"``."""
 
 ENV_DEVICE = "COURSE_DEVICE"
+TORCH_FLOOR = (2, 8)
+"""The lowest PyTorch the course supports (requirements.txt says the same; CI runs the course on it)."""
+TORCHVISION_FLOOR = "0.23"
+"""The torchvision released with that PyTorch."""
+PYTHON_FLOOR = (3, 10)
 
 
 class DeviceUnavailableError(RuntimeError):
@@ -177,7 +182,14 @@ def pick_device(preferred: str | torch.device | None = None) -> torch.device:
     if preferred is None or (isinstance(preferred, str) and preferred.strip().lower() == "auto"):
         override = os.environ.get(ENV_DEVICE, "").strip()
         if override and override.lower() != "auto":
-            return validate(override)
+            try:
+                return validate(override)
+            except (DeviceUnavailableError, ValueError) as exc:
+                raise type(exc)(
+                    f"{ENV_DEVICE}={override!r} is set in the environment, so \"auto\" means {override!r} here, "
+                    f"and that device cannot be used:\n{exc}\n"
+                    f"Fix: unset {ENV_DEVICE} (or set it to auto or cpu) before starting Jupyter or the course runner."
+                ) from None
         best = available_types()[0]
         return validate(best) if best == "cuda" else _with_index(best, None)
     return validate(preferred)
@@ -269,6 +281,39 @@ def environment_report() -> dict[str, Any]:
     }
 
 
+def _release(version: str) -> tuple[int, ...]:
+    """(2, 8) from "2.8.0+cu128", (2, 10) from "2.10.0a0+git1234"."""
+    numbers = []
+    for part in version.split("+")[0].split(".")[:2]:
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        numbers.append(int(digits or 0))
+    return tuple(numbers)
+
+
+def version_problems(torch_version: str | None = None, python_version: str | None = None) -> list[str]:
+    """One message for each of torch and Python that is older than the course supports, with the fix."""
+    torch_version = torch_version or torch.__version__
+    python_version = python_version or platform.python_version()
+    found = []
+    if _release(torch_version) < TORCH_FLOOR:
+        floor = ".".join(map(str, TORCH_FLOOR))
+        found.append(
+            f"PyTorch {torch_version} is older than {floor}, the lowest version this course is tested on: lessons "
+            "use APIs that older releases lack or treat differently, and may stop with errors. "
+            f'Fix: pip install -U "torch>={floor}" "torchvision>={TORCHVISION_FLOOR}", then restart the kernel '
+            "(Colab: Runtime > Restart session; Kaggle: Run > Restart & clear cell outputs). "
+            "The course never reinstalls PyTorch by itself."
+        )
+    if _release(python_version) < PYTHON_FLOOR:
+        floor = ".".join(map(str, PYTHON_FLOOR))
+        found.append(f"Python {python_version} is older than {floor}, the lowest version this course supports.")
+    return found
+
+
 def format_report(report: dict[str, Any] | None = None) -> str:
     """The environment report as aligned text lines."""
     r = environment_report() if report is None else report
@@ -302,7 +347,9 @@ def format_report(report: dict[str, Any] | None = None) -> str:
         ("pick_device() chooses", r["auto_device"]),
     ]
     width = max(len(k) for k, _ in lines)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in lines)
+    text = "\n".join(f"{k:<{width}}  {v}" for k, v in lines)
+    problems = version_problems(r["torch"], r["python"])
+    return text + "".join(f"\n\nWARNING: {p}" for p in problems)
 
 
 def main() -> None:

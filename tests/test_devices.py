@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -200,3 +201,37 @@ def test_gpu_without_kernels_is_refused_with_the_fix(monkeypatch, two_gpus, capa
     for request in (None, "cuda", "cuda:1"):
         with pytest.raises(DeviceUnavailableError, match="no kernels for it.*GPU T4 x2"):
             pick_device(request)
+
+
+def test_an_old_torch_or_python_gets_one_message_with_the_install_line():
+    (torch_problem, python_problem) = devices.version_problems("2.7.1+cu126", "3.9.18")
+    assert "PyTorch 2.7.1+cu126 is older than 2.8" in torch_problem
+    assert 'pip install -U "torch>=2.8" "torchvision>=0.23"' in torch_problem
+    assert "Python 3.9.18 is older than 3.10" in python_problem
+    assert devices.version_problems("2.8.0+cu128", "3.10.0") == []
+    assert devices.version_problems("2.10.0a0+git1234", "3.13.0") == []
+
+
+def test_the_report_warns_below_the_floor_and_is_silent_above_it():
+    report = devices.environment_report()
+    assert "WARNING" not in devices.format_report(report)
+    assert "WARNING: PyTorch 2.4.1 is older than 2.8" in devices.format_report({**report, "torch": "2.4.1"})
+
+
+def test_the_floor_constants_agree_with_requirements_txt():
+    text = (Path(__file__).resolve().parent.parent / "requirements.txt").read_text()
+    assert f"torch>={'.'.join(map(str, devices.TORCH_FLOOR))}\n" in text
+    assert f"torchvision>={devices.TORCHVISION_FLOOR}\n" in text
+
+
+def test_a_bad_course_device_names_the_variable_and_the_fix(monkeypatch):
+    monkeypatch.setenv("COURSE_DEVICE", "cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(devices.DeviceUnavailableError) as info:
+        devices.pick_device("auto")
+    message = str(info.value)
+    assert message.startswith("COURSE_DEVICE='cuda' is set in the environment")
+    assert "unset COURSE_DEVICE (or set it to auto or cpu)" in message
+    monkeypatch.setenv("COURSE_DEVICE", "bogus")
+    with pytest.raises(ValueError, match="(?s)COURSE_DEVICE='bogus'.*Unknown device"):
+        devices.pick_device()

@@ -6,9 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,8 +43,19 @@ def test_lock_pins_every_requirement_within_its_range():
     assert str(lock["torch"].specifier) == "==2.14.1"
 
 
+def test_the_floor_is_the_lowest_version_requirements_allow():
+    floor = _requirements((ROOT / "requirements-floor.txt").read_text().splitlines())
+    txt = requirements_txt()
+    assert set(floor) == {"torch", "torchvision"}
+    for name, pin in floor.items():
+        (low,) = txt[name].specifier
+        (exact,) = pin.specifier
+        assert low.operator == ">=" and exact.operator == "=="
+        assert Version(exact.version) == Version(low.version), f"{name}: floor {exact.version}, requirements {low}"
+
+
 def test_pyproject_dependencies_are_in_requirements():
-    import tomllib
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     txt = requirements_txt()

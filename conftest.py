@@ -21,7 +21,6 @@ from helpers import course  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 os.environ.update(course.CHECK_ENV)
-os.environ.setdefault("COURSE_DATA_DIR", str(ROOT / "data"))
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import fnmatch
 import os
 import re
 import sys
+import sysconfig
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import nbformat
 
-from helpers.data import ENV_DATA_DIR, ENV_DATASET
+from helpers.data import ENV_DATASET, canonical_name
 from helpers.devices import ENV_DEVICE
 from helpers.lesson import ENV_QUICK, RECORD_MIME
 
@@ -73,6 +74,10 @@ SITE_PACKAGES = re.compile(r"(?:/[^\s/'\":]+)+/site-packages/")
 def scrub_paths(text: str) -> str:
     """Replace this machine's paths in an output (tracebacks, warnings) with ones that hold anywhere."""
     text = SITE_PACKAGES.sub("site-packages/", text)
+    stdlib = sysconfig.get_paths()["stdlib"]
+    text = text.replace(
+        f"{stdlib}{os.sep}", f"{Path(stdlib).name}{os.sep}"
+    )  # .../lib/python3.11/x.py -> python3.11/x.py
     text = text.replace(f"{ROOT}{os.sep}", "")
     return text.replace(str(Path.home()), "~")
 
@@ -93,23 +98,20 @@ def clean_for_commit(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
-def first_unexpected_error(nb: nbformat.NotebookNode) -> str | None:
-    """Where and what the first error output in a cell not tagged ``raises-exception`` is; None if there is none."""
-    for index, cell in enumerate(nb.cells):
-        if "raises-exception" in cell.metadata.get("tags", []):
-            continue
+def first_error(nb: nbformat.NotebookNode) -> str | None:
+    """Where and what the first error output is; None if there is none.
+
+    Lessons show the errors they teach through ``helpers.lesson.expect_error``, so no cell of a correct run has one.
+    """
+    # papermill inserts marker cells above a failed cell; numbering skips them, so "cell N" is the lesson's own.
+    cells = [c for c in nb.cells if "papermill-error-cell-tag" not in c.metadata.get("tags", [])]
+    for index, cell in enumerate(cells):
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
                 count = cell.get("execution_count")
                 where = f"cell {index}" + (f" (In [{count}])" if count else "")
                 return f"{where} raised {out.ename}: {out.evalue}"
     return None
-
-
-def _without_papermill_markers(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    # On any error output papermill inserts marker cells, even for cells that are meant to raise.
-    nb.cells = [c for c in nb.cells if "papermill-error-cell-tag" not in c.metadata.get("tags", [])]
-    return nb
 
 
 @contextlib.contextmanager
@@ -147,15 +149,14 @@ def run_notebook(path: Path, output_dir: Path, timeout: int | None = None) -> Re
                 log_output=False,
                 execution_timeout=timeout,
             )
-    except Exception as exc:  # papermill raises for any error output, even in cells meant to raise
+    except Exception as exc:  # papermill raises on the first cell that fails; the executed copy says which
         papermill_error = f"{type(exc).__name__}: {getattr(exc, 'evalue', exc)}"
     result.seconds = time.perf_counter() - start
     if not output.exists():
         result.status, result.error = "FAILED", papermill_error or "no executed notebook was written"
         return result
-    nb = _without_papermill_markers(nbformat.read(output, as_version=4))
-    nbformat.write(nb, output)
-    unexpected = first_unexpected_error(nb)
+    nb = nbformat.read(output, as_version=4)
+    unexpected = first_error(nb)
     unexecuted = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.get("execution_count") is None]
     if unexpected:
         result.status, result.error = "FAILED", unexpected
@@ -198,20 +199,26 @@ def _fall_back_to_offline_data() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.write_back and args.dataset and canonical_name(args.dataset) != CHECK_ENV[ENV_DATASET]:
+        print(
+            f"--write-back always runs with the settings the tests check ({_check_settings()}), so --dataset "
+            f"{args.dataset} cannot be written back. Drop --dataset, or leave out --write-back to try {args.dataset}.",
+            file=sys.stderr,
+        )
+        return 2
     folder = Path(args.notebooks)
     paths = find_notebooks(folder, args.only)
     if not paths:
         print(f"No notebook in {folder} matches {args.only!r}.", file=sys.stderr)
         return 1
-    if args.write_back:
-        os.environ.update(CHECK_ENV)  # committed outputs must be reproducible by nbval on a CI machine
     if args.quick:
         os.environ[ENV_QUICK] = "1"
     if args.device:
         os.environ[ENV_DEVICE] = args.device
     if args.dataset:
         os.environ[ENV_DATASET] = args.dataset
-    os.environ.setdefault(ENV_DATA_DIR, str(ROOT / "data"))
+    if args.write_back:
+        os.environ.update(CHECK_ENV)  # committed outputs must be reproducible by nbval on a CI machine
     if ENV_DATASET not in os.environ:
         _fall_back_to_offline_data()
     output_dir = Path(args.output)
@@ -240,6 +247,10 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _check_settings() -> str:
+    return ", ".join(f"{k}={v}" for k, v in CHECK_ENV.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m helpers.course", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -256,9 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument(
         "--write-back",
         action="store_true",
-        help="copy each passing executed notebook back into notebooks/ (uses the settings the tests check: "
-        + ", ".join(f"{k}={v}" for k, v in CHECK_ENV.items())
-        + ")",
+        help=f"copy each passing executed notebook back into notebooks/ (uses the settings the tests check: "
+        f"{_check_settings()})",
     )
     p_run.add_argument("--timeout", type=int, default=None, help="seconds a single cell may run")
     p_run.add_argument("--notebooks", default=str(NOTEBOOKS), help="folder holding the lesson notebooks")

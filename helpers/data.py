@@ -44,9 +44,22 @@ def canonical_name(name: str) -> str:
     raise ValueError(f"Unknown dataset {name!r}. Choose one of: {', '.join(DATASETS)}.")
 
 
+def default_data_dir() -> Path:
+    """``data/`` in the clone when the helpers run from a clone of the course, else a per-user cache folder.
+
+    Resolved from this file, not the working directory, so a lesson opened in JupyterLab (working directory
+    ``notebooks/``) and the course runner (the clone's root) share one folder.
+    """
+    clone = Path(__file__).resolve().parent.parent
+    if (clone / "notebooks").is_dir() and (clone / "pyproject.toml").is_file():
+        return clone / "data"
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "pytorch-gpu-course" / "data"
+
+
 def data_dir(root: str | os.PathLike | None = None) -> Path:
-    """The data root: the argument, else $COURSE_DATA_DIR, else ./data."""
-    return Path(root or os.environ.get(ENV_DATA_DIR) or "data")
+    """The data root: the argument, else $COURSE_DATA_DIR, else ``default_data_dir()``."""
+    return Path(root or os.environ.get(ENV_DATA_DIR) or default_data_dir())
 
 
 def raw_dir(name: str, root: str | os.PathLike | None = None) -> Path:

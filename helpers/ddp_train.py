@@ -143,7 +143,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line; every option has a default that runs in seconds on two CPU processes."""
     p = argparse.ArgumentParser(prog="python -m helpers.ddp_train", description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="synthetic", help="synthetic, MNIST or FashionMNIST (default: synthetic)")
-    p.add_argument("--data-dir", default=None, help="data root for MNIST/FashionMNIST (default: $COURSE_DATA_DIR)")
+    p.add_argument("--data-dir", default=None, help="data root (default: $COURSE_DATA_DIR, else data/ in the clone)")
     p.add_argument("--limit", type=int, default=0, help="use only the first N training images (0: all)")
     p.add_argument("--synthetic-size", type=int, default=512, help="images in the synthetic training set")
     p.add_argument("--model", default="mlp", help="linear, mlp or cnn (helpers.models)")

@@ -14,7 +14,8 @@ FORBIDDEN_CALLS = {
     r"torch\.distributed\.launch": "torch.distributed.launch is deprecated: use torchrun",
     r"DistributedDataParallelCPU": "DistributedDataParallelCPU is gone: use DDP with the gloo backend",
 }
-LOCAL_PATH = re.compile(r"(/home/\w|/Users/\w|/root/|/work/|[A-Za-z]:\\Users\\)")
+LOCAL_PATH = re.compile(r"(/home/\w|/Users/\w|/root/|/work/|[A-Za-z]:\\Users\\|~/\.\w)")
+"""A machine's own paths: home folders (also as ``~/.pyenv/...``, what the runner's scrubbing leaves of one)."""
 
 
 def _text(value: object) -> str:
@@ -71,12 +72,20 @@ def lint(nb: nbformat.NotebookNode) -> list[str]:
                 if re.search(pattern, cell.source):
                     problems.append(f"cell {i}: {why}")
             errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-            if errors and "raises-exception" not in tags:
-                ename = errors[0].get('ename')
-                problems.append(f"cell {i}: error output {ename} in a cell not tagged raises-exception")
-            if "raises-exception" in tags and not errors:
-                problems.append(f"cell {i}: tagged raises-exception but its committed output has no error")
+            if errors:
+                ename = errors[0].get("ename")
+                problems.append(
+                    f"cell {i}: error output {ename}: a lesson shows the errors it teaches with "
+                    "helpers.lesson.expect_error, so that Run all goes on in every front end"
+                )
+            if "raises-exception" in tags:
+                problems.append(
+                    f"cell {i}: tagged raises-exception, which Colab, Kaggle, VS Code and papermill ignore: "
+                    "use helpers.lesson.expect_error instead"
+                )
             texts += [_output_text(o) for o in cell.get("outputs", [])]
+        elif not cell.source.strip():
+            problems.append(f"cell {i}: empty {cell.cell_type} cell")
         for text in texts:
             if match := LOCAL_PATH.search(text):
                 problems.append(f"cell {i}: absolute local path {match.group(0)!r}")

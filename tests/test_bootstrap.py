@@ -118,7 +118,7 @@ def test_lesson_bootstraps_itself_in_a_fresh_env(fresh_env, tmp_path: Path, monk
     nb = nbformat.read(output, as_version=4)
     nb.cells = [c for c in nb.cells if "papermill-error-cell-tag" not in c.metadata.get("tags", [])]
 
-    assert course.first_unexpected_error(nb) is None
+    assert course.first_error(nb) is None
     assert all(c.execution_count for c in nb.cells if c.cell_type == "code"), "a cell did not run"
     assert any(r.get("quick") for r in course.records(nb)), "the lesson did not run in quick mode"
     installed = run_in(python, "import helpers, torch; print(helpers.__file__); print(torch.__file__)", work)

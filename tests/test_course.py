@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import nbformat
@@ -16,13 +17,9 @@ from helpers import course
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _notebook(*sources: str, raises: tuple[int, ...] = ()) -> nbformat.NotebookNode:
+def _notebook(*sources: str) -> nbformat.NotebookNode:
     nb = new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
-    for i, src in enumerate(sources):
-        cell = new_code_cell(src)
-        if i in raises:
-            cell.metadata["tags"] = ["raises-exception"]
-        nb.cells.append(cell)
+    nb.cells = [new_code_cell(src) for src in sources]
     return nb
 
 
@@ -44,15 +41,18 @@ def test_find_notebooks_filters_by_prefix_and_pattern(tmp_path):
     assert names("9") == []
 
 
-def test_records_and_unexpected_errors():
-    nb = _notebook("a", "b", "c", raises=(1,))
+def test_records_and_errors():
+    nb = _notebook("a", "b", "c")
     nb.cells[0].outputs = [new_output("display_data", data={course.RECORD_MIME: {"device": "cpu"}, "text/plain": "x"})]
-    nb.cells[1].outputs = [new_output("error", ename="ValueError", evalue="expected", traceback=[])]
+    nb.cells[1].outputs = [new_output("stream", name="stderr", text="line 1: b\nValueError: shown by expect_error\n")]
     assert course.records(nb) == [{"device": "cpu"}]
-    assert course.first_unexpected_error(nb) is None
+    assert course.first_error(nb) is None
     nb.cells[2].execution_count = 3
     nb.cells[2].outputs = [new_output("error", ename="KeyError", evalue="'x'", traceback=[])]
-    assert course.first_unexpected_error(nb) == "cell 2 (In [3]) raised KeyError: 'x'"
+    assert course.first_error(nb) == "cell 2 (In [3]) raised KeyError: 'x'"
+    nb.cells[1].metadata["tags"] = ["raises-exception"]  # the tag excuses nothing any more
+    nb.cells[1].outputs = [new_output("error", ename="ValueError", evalue="tagged", traceback=[])]
+    assert course.first_error(nb) == "cell 1 raised ValueError: tagged"
 
 
 def test_clean_for_commit_drops_run_metadata_and_local_paths():
@@ -60,9 +60,11 @@ def test_clean_for_commit_drops_run_metadata_and_local_paths():
     nb.metadata["papermill"] = {"duration": 1.0}
     nb.cells[0].metadata.update(papermill={"duration": 0.1}, execution={"iopub.status.idle": "now"}, tags=[])
     site = "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py"
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
     nb.cells[0].outputs = [
         new_output("error", ename="E", evalue="", traceback=[f"File {site}:12", f"File {course.ROOT}/helpers/x.py:3"]),
         new_output("stream", name="stderr", text=f"{site}:9: UserWarning: careful\n"),
+        new_output("stream", name="stderr", text=f"File {stdlib / 'contextlib.py'}:158\n"),
     ]
     clean = course.clean_for_commit(nb)
     assert "papermill" not in clean.metadata and clean.cells[0].metadata == {}
@@ -71,6 +73,7 @@ def test_clean_for_commit_drops_run_metadata_and_local_paths():
         "File helpers/x.py:3",
     ]
     assert clean.cells[0].outputs[1].text == "site-packages/torch/nn/modules/module.py:9: UserWarning: careful\n"
+    assert clean.cells[0].outputs[2].text == f"File {stdlib.name}/contextlib.py:158\n"  # no ~/.pyenv/... path
 
 
 def test_format_table_aligns_columns():
@@ -90,7 +93,8 @@ def test_runner_reports_failures_and_runs_the_rest(tmp_path):
         "lesson.start('cpu')\n"
         "lesson.headline('answer', '42')"
     )
-    nbformat.write(_notebook(record, "int('x')", raises=(1,)), folder / "00_ok.ipynb")
+    shown = "from helpers.lesson import expect_error\nwith expect_error(ValueError):\n    int('x')"
+    nbformat.write(_notebook(record, shown), folder / "00_ok.ipynb")
     nbformat.write(_notebook("x = 1", "1 / 0", "print('never')"), folder / "01_bad.ipynb")
     nbformat.write(_notebook("print('still runs')"), folder / "02_after.ipynb")
     before_bad = (folder / "01_bad.ipynb").read_text()
@@ -119,6 +123,14 @@ def test_unavailable_device_fails_with_the_fix_not_a_traceback(tmp_path):
     assert "raised DeviceUnavailableError" in out.stderr
     assert "CUDA_VISIBLE_DEVICES" in out.stderr or "Change runtime type" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_write_back_refuses_a_dataset_other_than_the_checked_one(tmp_path):
+    out = _run_cli("run", "--write-back", "--dataset", "MNIST", "--no-progress", "--output", str(tmp_path))
+    assert out.returncode == 2
+    assert "--write-back always runs with the settings the tests check" in out.stderr
+    assert "COURSE_DATASET=FashionMNIST" in out.stderr and "Traceback" not in out.stderr
+    assert not list(tmp_path.iterdir()), "nothing may run"
 
 
 def test_bad_pattern_is_an_error(tmp_path):

@@ -40,10 +40,28 @@ def test_names():
 
 def test_data_dir_precedence(monkeypatch, tmp_path):
     monkeypatch.delenv("COURSE_DATA_DIR", raising=False)
-    assert data.data_dir() == Path("data")
+    root = Path(data.__file__).resolve().parent.parent
+    assert data.data_dir() == root / "data"  # the clone's folder, whatever the working directory
     monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path))
     assert data.data_dir() == tmp_path
     assert data.data_dir("elsewhere") == Path("elsewhere")
+
+
+def test_one_data_folder_from_the_clone_root_and_from_notebooks(monkeypatch, tmp_path):
+    monkeypatch.delenv("COURSE_DATA_DIR", raising=False)
+    root = Path(data.__file__).resolve().parent.parent
+    monkeypatch.chdir(root / "notebooks")  # where JupyterLab runs a lesson
+    from_notebooks = data.data_dir()
+    monkeypatch.chdir(root)  # where the course runner starts
+    assert data.data_dir() == from_notebooks == root / "data"
+
+
+def test_installed_without_a_clone_data_goes_to_a_user_cache(monkeypatch, tmp_path):
+    fake_site = tmp_path / "site-packages" / "helpers"
+    fake_site.mkdir(parents=True)
+    monkeypatch.setattr(data, "__file__", str(fake_site / "data.py"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert data.default_data_dir() == tmp_path / "cache" / "pytorch-gpu-course" / "data"
 
 
 def test_prepare_offline_unpacks_debian_files(tmp_path):

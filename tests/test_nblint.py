@@ -20,8 +20,12 @@ HEADER = """# 99 · A lesson
 def good_notebook() -> nbformat.NotebookNode:
     nb = new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
     params = new_code_cell('DEVICE = "auto"', execution_count=2, metadata={"tags": ["parameters"]})
-    raising = new_code_cell("1 / 0", execution_count=3, metadata={"tags": ["raises-exception"]})
-    raising.outputs = [new_output("error", ename="ZeroDivisionError", evalue="division by zero", traceback=[])]
+    raising = new_code_cell(
+        "with expect_error(ZeroDivisionError):\n    1 / 0",
+        execution_count=3,
+        metadata={"tags": ["nbval-ignore-output"]},
+    )
+    raising.outputs = [new_output("stream", name="stderr", text="line 2: 1 / 0\nZeroDivisionError: division by zero\n")]
     nb.cells = [
         new_markdown_cell(HEADER),
         new_code_cell("import torch", execution_count=1),
@@ -45,7 +49,11 @@ def _local_path_in_output(nb):
 
 
 def _local_path_in_traceback(nb):
-    nb.cells[3].outputs[0]["traceback"] = ['File "/work/main/helpers/devices.py", line 3']
+    nb.cells[1].outputs = [new_output("error", ename="E", evalue="", traceback=['File "/work/main/helpers/x.py"'])]
+
+
+def _home_path_left_by_scrubbing(nb):
+    nb.cells[3].outputs[0]["text"] = "File ~/.pyenv/versions/3.11.7/lib/python3.11/contextlib.py:158\n"
 
 
 BREAKAGES = {
@@ -57,9 +65,11 @@ BREAKAGES = {
     "two parameters cells": (lambda nb: nb.cells[1].metadata.update(tags=["parameters"]), "parameters"),
     "out of order": (lambda nb: setattr(nb.cells[1], "execution_count", 5), "execution"),
     "never executed": (lambda nb: setattr(nb.cells[2], "execution_count", None), "execution"),
-    "stray error output": (_stray_error, "not tagged raises-exception"),
-    "tagged but no error": (lambda nb: setattr(nb.cells[3], "outputs", []), "has no error"),
+    "error output": (_stray_error, "error output RuntimeError"),
+    "raises-exception tag": (lambda nb: nb.cells[3].metadata.update(tags=["raises-exception"]), "expect_error"),
     "empty code cell": (lambda nb: setattr(nb.cells[1], "source", "  \n"), "empty code cell"),
+    "empty markdown cell": (lambda nb: nb.cells.insert(2, new_markdown_cell("\n")), "empty markdown cell"),
+    "home path in output": (_home_path_left_by_scrubbing, "absolute local path"),
     "local path in output": (_local_path_in_output, "absolute local path"),
     "local path in traceback": (_local_path_in_traceback, "absolute local path"),
     "local path in source": (lambda nb: setattr(nb.cells[1], "source", "open('/Users/bob/x')"), "absolute local path"),

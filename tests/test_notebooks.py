@@ -1,5 +1,8 @@
 """Every committed lesson notebook passes the lint, and executes in a fresh kernel through the course runner.
 
+The runner executes with papermill, which stops at the first error output, as Run all does in Colab, Kaggle and VS
+Code: a lesson passes only if every cell ran and none raised (the errors a lesson teaches go through expect_error).
+
 nbval then re-executes each committed notebook and compares its outputs (pytest collects notebooks/ with --nbval).
 """
 

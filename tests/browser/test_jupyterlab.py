@@ -2,9 +2,10 @@
 
 A JupyterLab server starts on 127.0.0.1 (a free port, a random token) over a copy of the notebooks; Debian's chromium,
 driven headless by Playwright, opens each notebook, runs Run > Run All Cells, waits for the kernel to go idle, and
-checks what the learner sees: no error output outside cells tagged ``raises-exception``, progress bars drawn as
-widgets (no "IProgress not found"), matplotlib figures drawn as images. A screenshot of each notebook goes to
-build/screenshots/. A small notebook built here checks the checks: it must show a widget, an image and an error.
+checks what the learner sees: no error output (lessons show their errors through ``expect_error``, on stderr),
+progress bars drawn as widgets (no "IProgress not found"), matplotlib figures drawn as images. A screenshot of each
+notebook goes to build/screenshots/. A small notebook built here checks the checks: it must show a widget, an image
+and an error shown by ``expect_error``, and every cell after it must run.
 
 Opt-in, because it needs a browser and runs every lesson again: ``COURSE_BROWSER=1 pytest tests/browser``.
 Needs ``pip install playwright`` and ``apt-get install chromium`` (``COURSE_CHROMIUM`` names another binary);
@@ -34,8 +35,16 @@ from helpers import course
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCREENSHOTS = ROOT / "build" / "screenshots"
 CHROMIUM = os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 RUN_TIMEOUT_S = 600
 SMOKE = "smoke_widgets_figures_errors.ipynb"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -57,8 +66,8 @@ def smoke_notebook() -> nbformat.NotebookNode:
     """A notebook with one progress bar, one figure and one expected error, to prove the checks see each."""
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    raising = nbformat.v4.new_code_cell('raise ValueError("expected: this cell is tagged raises-exception")')
-    raising.metadata["tags"] = ["raises-exception"]
+    shown = 'with expect_error(ValueError):\n    raise ValueError("expected: shown")'
+    raising = nbformat.v4.new_code_cell(f"from helpers.lesson import expect_error\n\n{shown}")
     nb.cells = [
         nbformat.v4.new_markdown_cell("# Smoke test: widget, figure, expected error"),
         nbformat.v4.new_code_cell("from tqdm.auto import tqdm\n\nfor _ in tqdm(range(3), desc='progress'):\n    pass"),
@@ -121,9 +130,19 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         "JUPYTER_CONFIG_DIR": str(base / "config"),
         "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
     }
-    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-               f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-               f"--ServerApp.root_dir={served}", "--allow-root", "--LabApp.extension_manager=readonly"]
+    command = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={served}",
+        "--allow-root",
+        "--LabApp.extension_manager=readonly",
+    ]
     log = open(base / "server.log", "wb")  # noqa: SIM115 (closed after the server stops)
     server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -208,7 +227,7 @@ def saved_outputs(path: Path) -> dict:
     for index, cell in enumerate(nb.cells):
         for out in cell.get("outputs", []):
             data = out.get("data", {})
-            if out.output_type == "error" and "raises-exception" not in cell.metadata.get("tags", []):
+            if out.output_type == "error":
                 found["errors"].append(f"cell {index}: {out.ename}: {out.evalue}")
             if out.output_type == "stream" and out.name == "stderr":
                 found["stderr"] += out.text
@@ -250,4 +269,5 @@ def test_notebook_runs_in_jupyterlab(name: str, lab: Lab, browser) -> None:
     assert saved["bare_figures"] == 0, "a figure printed as text instead of an image"
     if name == SMOKE:  # the checks above can see each kind of output
         assert saved["widgets"] >= 1 and state["progress"] >= 1 and state["images"] >= 1
-        assert "after the error" in state["text"] and "expected: this cell" in state["text"]
+        assert "after the error" in state["text"] and "ValueError: expected: shown" in state["text"]
+        assert "ValueError: expected: shown" in saved["stderr"], "expect_error did not show the error on stderr"

@@ -1,0 +1,127 @@
+"""The READMEs stay true: every command they show parses, every local link resolves, no output holds a home path.
+
+Commands are read from the ```bash blocks of README.md and colab/README.md. A `python -m helpers.X ...` command is
+parsed by that module's own argument parser (and stopped there, so nothing runs); files and folders a command names
+must exist; a command of a kind this test does not know fails it, so a new command cannot slip in unchecked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+import shlex
+from pathlib import Path
+
+import nbformat
+import pytest
+from nblint import LOCAL_PATH
+
+ROOT = Path(__file__).resolve().parent.parent
+READMES = [ROOT / "README.md", ROOT / "colab" / "README.md"]
+APT_PACKAGES = {"dataset-fashion-mnist", "chromium"}
+"""Debian packages the READMEs may tell a reader to install."""
+
+
+class Parsed(Exception):
+    """Raised in place of running a command once its arguments have parsed."""
+
+
+def bash_commands(path: Path) -> list[str]:
+    """Each command of the ```bash blocks, split at `&&`, without comments."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", path.read_text(), flags=re.S):
+        for line in block.splitlines():
+            line = line.split(" #")[0].strip()
+            if line and not line.startswith("#"):
+                commands += [part.strip() for part in line.split("&&")]
+    return commands
+
+
+COMMANDS = [(path.relative_to(ROOT).as_posix(), c) for path in READMES for c in bash_commands(path)]
+
+
+def _parse_helpers_command(module: str, args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    original = argparse.ArgumentParser.parse_args
+
+    def parse_only(self, args=None, namespace=None):
+        raise Parsed(original(self, args, namespace))
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_only)
+    main = importlib.import_module(module).main
+    if module == "helpers.devices":  # takes no arguments
+        assert args == [], f"python -m helpers.devices takes no arguments, got {args}"
+        return
+    try:
+        main(args)
+    except Parsed:
+        return
+    except SystemExit as exc:
+        pytest.fail(f"python -m {module} {shlex.join(args)}: the arguments do not parse (exit {exc.code})")
+    pytest.fail(f"python -m {module} {shlex.join(args)} parsed nothing")
+
+
+def _check_pip(args: list[str]) -> None:
+    assert args[0] == "install", args
+    for flag, value in zip(args, args[1:], strict=False):
+        if flag in ("-r", "-c"):
+            assert (ROOT / value).is_file(), f"pip {flag} {value}: no such file"
+        if flag == "-e":
+            assert (ROOT / value / "pyproject.toml").is_file(), f"pip -e {value}: not a project"
+
+
+@pytest.mark.parametrize(("readme", "command"), COMMANDS, ids=[f"{r}: {c}" for r, c in COMMANDS])
+def test_every_command_parses(readme: str, command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    words = shlex.split(command)
+    while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # VAR=value before the program
+        words.pop(0)
+    if words[0] == "sudo":
+        words.pop(0)
+    program, args = Path(words[0]).name, words[1:]
+    if program == "apt-get":
+        assert args[0] == "install" and set(args[1:]) <= APT_PACKAGES, command
+    elif program == "pip":
+        _check_pip(args)
+    elif program == "jupyter":
+        assert args[0] == "lab" and all((ROOT / a).exists() for a in args[1:]), command
+    elif program.startswith("python") and args[:2] == ["-m", "venv"]:
+        assert len(args) == 3, command
+    elif program.startswith("python") and args[:2] == ["-m", "pytest"]:
+        for a in args[2:]:
+            assert a.startswith("-") or (ROOT / a).exists(), f"{command}: {a} does not exist"
+    elif program.startswith("python") and args[0] == "-m" and args[1].startswith("helpers."):
+        _parse_helpers_command(args[1], args[2:], monkeypatch)
+    elif program.startswith("python") and args[0].endswith(".py"):
+        assert (ROOT / args[0]).is_file(), command
+    else:
+        pytest.fail(f"{readme}: a command this test does not know how to check: {command}")
+
+
+def test_the_readme_shows_its_two_commands() -> None:
+    commands = [c for r, c in COMMANDS if r == "README.md"]
+    assert ".venv/bin/python -m helpers.course run --quick" in commands
+    assert ".venv/bin/python -m pytest" in commands
+
+
+LINKS = [
+    (path, target)
+    for path in READMES
+    for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text())
+    if not re.match(r"[a-z]+:", target) and not target.startswith("#")
+]
+
+
+@pytest.mark.parametrize(("readme", "target"), LINKS, ids=[f"{p.name}->{t}" for p, t in LINKS])
+def test_every_local_link_resolves(readme: Path, target: str) -> None:
+    assert (readme.parent / target.split("#")[0]).exists(), f"{readme.relative_to(ROOT)} links to missing {target}"
+
+
+def test_no_committed_output_holds_a_machine_path() -> None:
+    found = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            for out in cell.get("outputs", []):
+                text = str(out.get("text", "")) + str(out.get("traceback", "")) + str(out.get("data", {}))
+                if match := LOCAL_PATH.search(text):
+                    found.append(f"{path.name} cell {index}: {match.group(0)}")
+    assert not found, found

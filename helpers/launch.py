@@ -1,13 +1,20 @@
 """Keep every lesson launchable on Colab and Kaggle: header badges, GPU runtime metadata, and the bootstrap.
 
-``python -m helpers.launch check`` lists each notebook part that disagrees with what this module derives from
-the repository address in pyproject.toml (``[project.urls] Repository``) and the notebook's path; it exits 1 when
-there is any. ``python -m helpers.launch sync`` rewrites those parts. Only three parts of a notebook are touched:
+One ref, ``REF`` below, is both what the badges open and what the bootstrap installs the helpers from, so a learner
+always gets a notebook and the helpers it was written for: ``main`` on the main branch, ``vX.Y.Z`` on a release tag
+(whose ``helpers.__version__`` is ``X.Y.Z``). The bootstrap also carries that version and stops the lesson with one
+message when the imported ``helpers`` is not the course's package in that version.
+
+``python -m helpers.launch check`` lists each notebook part that disagrees with what this module derives from the
+repository address in pyproject.toml (``[project.urls] Repository``), ``REF``, ``helpers.__version__`` and the
+notebook's path; it exits 1 when there is any. ``python -m helpers.launch sync`` rewrites those parts, and
+``sync --ref vX.Y.Z`` (or ``--ref main``) first writes that ref into ``REF`` (the release procedure is in
+colab/README.md). Only three parts of a notebook are touched:
 
 - the badge line of the header cell (the first line starting with ``[![Open In Colab]`` in the first markdown cell);
 - the notebook metadata keys Colab and Kaggle read for the runtime (``accelerator``, ``colab``, ``kaggle``);
-- the bootstrap lines at the top of the setup cell (up to the end of the ``if ... find_spec("helpers") is None:``
-  block). The imports after them, every other cell and all outputs stay as they are.
+- the bootstrap lines at the top of the setup cell (up to the end of the ``if ... != HELPERS_VERSION:`` block).
+  The imports after them, every other cell and all outputs stay as they are.
 
 It also keeps two generated blocks in README.md and colab/README.md, between ``<!-- launch:NAME -->`` and
 ``<!-- /launch:NAME -->`` lines: ``map`` (the course map: each lesson with both badges and its local path) and
@@ -25,18 +32,20 @@ from pathlib import Path
 
 import nbformat
 
+from . import COURSE, __version__
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 PYPROJECT = ROOT / "pyproject.toml"
 
-BRANCH = "main"
-"""The branch the badges open: learners get the notebooks as they are on it."""
-
-REF = "v0.1.0"
-"""The tag or commit the bootstrap installs the helpers from. Change it here and run ``sync``."""
+REF = "main"
+"""The git ref the badges open and the bootstrap installs from: "main", or "vX.Y.Z" on a release tag. Set by sync."""
 
 ENV_SOURCE = "COURSE_HELPERS_SOURCE"
 """Names another source for the bootstrap to install (a local checkout, a wheel, another git ref)."""
+
+KAGGLE_VARIABLES = ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE")
+"""Set in every Kaggle notebook session; ``helpers.devices.runtime()`` reads the same two."""
 
 BADGE_START = "[![Open In Colab]"
 DOCS = ("README.md", "colab/README.md")
@@ -51,7 +60,13 @@ RUNTIME_METADATA: dict[str, object] = {
     "kaggle": {"accelerator": "nvidiaTeslaT4", "isGpuEnabled": True, "isInternetEnabled": True},
 }
 
-_BOOTSTRAP_IF = re.compile(r"""^if importlib\.util\.find_spec\(["']helpers["']\) is None:""")
+_RELEASE_TAG = re.compile(r"v(\d+\.\d+\.\d+)")
+_REF_LINE = re.compile(r'^REF = "([^"]*)"$', re.MULTILINE)
+_VERSION_LINE = re.compile(r'^__version__ = "([^"]*)"$', re.MULTILINE)
+# The bootstrap ends with the block that checks the version; notebooks synced before that check existed end it with
+# the install block, and sync replaces either.
+_BOOTSTRAP_END = re.compile(r"^if .*\bHELPERS_VERSION\b.*:\s*$")
+_OLD_BOOTSTRAP_END = re.compile(r"""^if importlib\.util\.find_spec\(["']helpers["']\) is None:""")
 
 
 def repository_url(pyproject: Path = PYPROJECT) -> str:
@@ -69,6 +84,54 @@ def repository_url(pyproject: Path = PYPROJECT) -> str:
     return url.rstrip("/").removesuffix(".git")
 
 
+def pyproject_version(pyproject: Path = PYPROJECT) -> str | None:
+    """``[project] version`` of pyproject.toml, or None where it has none (a dynamic version)."""
+    match = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(encoding="utf-8"), re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def read_ref(root: Path = ROOT) -> str:
+    """``REF`` as written in ``root``'s helpers/launch.py (this module's own value where that file is missing)."""
+    path = root / "helpers" / "launch.py"
+    match = _REF_LINE.search(path.read_text(encoding="utf-8")) if path.exists() else None
+    return match.group(1) if match else REF
+
+
+def read_version(root: Path = ROOT) -> str:
+    """``__version__`` as written in ``root``'s helpers/__init__.py (the imported one where that file is missing)."""
+    path = root / "helpers" / "__init__.py"
+    match = _VERSION_LINE.search(path.read_text(encoding="utf-8")) if path.exists() else None
+    return match.group(1) if match else __version__
+
+
+def write_ref(root: Path, ref: str) -> bool:
+    """Write ``ref`` into ``REF`` of ``root``'s helpers/launch.py; False where there is no such file."""
+    path = root / "helpers" / "launch.py"
+    if not path.exists():
+        return False
+    text = path.read_text(encoding="utf-8")
+    if not _REF_LINE.search(text):
+        raise SystemExit(f"{path}: no line REF = \"...\" to rewrite")
+    path.write_text(_REF_LINE.sub(f'REF = "{ref}"', text, count=1), encoding="utf-8")
+    return True
+
+
+def release_problems(ref: str, version: str, packaged: str | None = None) -> list[str]:
+    """Ways ``ref`` disagrees with the release scheme: ``main``, or ``vX.Y.Z`` where the helpers' version is X.Y.Z.
+
+    ``packaged`` is pyproject.toml's version, which must equal ``version`` wherever it is written down.
+    """
+    found = []
+    tag = _RELEASE_TAG.fullmatch(ref)
+    if ref != "main" and not tag:
+        found.append(f"ref {ref!r} is neither 'main' nor a release tag vX.Y.Z")
+    elif tag and tag.group(1) != version:
+        found.append(f"ref {ref} is a release tag, but helpers.__version__ is {version!r}: set it to {tag.group(1)!r}")
+    if packaged is not None and packaged != version:
+        found.append(f"pyproject.toml's version {packaged!r} differs from helpers.__version__ {version!r}")
+    return found
+
+
 def github_slug(url: str) -> str:
     """``owner/name`` of a GitHub address; Colab and Kaggle open notebooks only from GitHub."""
     match = re.fullmatch(r"https://github\.com/([\w.-]+/[\w.-]+)", url)
@@ -77,11 +140,11 @@ def github_slug(url: str) -> str:
     return match.group(1)
 
 
-def badge_line(url: str, notebook: str, branch: str = BRANCH) -> str:
+def badge_line(url: str, notebook: str, ref: str = REF) -> str:
     """The header's "Open in Colab" and "Open in Kaggle" badges for ``notebook`` (a path inside the repository)."""
     slug = github_slug(url)
-    colab = f"https://colab.research.google.com/github/{slug}/blob/{branch}/{notebook}"
-    kaggle = f"https://kaggle.com/kernels/welcome?src=https://github.com/{slug}/blob/{branch}/{notebook}"
+    colab = f"https://colab.research.google.com/github/{slug}/blob/{ref}/{notebook}"
+    kaggle = f"https://kaggle.com/kernels/welcome?src=https://github.com/{slug}/blob/{ref}/{notebook}"
     return (
         f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab}) "
         f"[![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)]({kaggle})"
@@ -89,21 +152,63 @@ def badge_line(url: str, notebook: str, branch: str = BRANCH) -> str:
 
 
 def install_source(url: str, ref: str = REF) -> str:
-    """What pip installs the helpers from by default: the repository at the pinned ref."""
+    """What pip installs the helpers from by default: the repository at the ref the badges open."""
     return f"git+{url}@{ref}"
 
 
-def bootstrap(url: str, ref: str = REF) -> str:
-    """The canonical first lines of every setup cell."""
-    return (
-        "# On Colab or Kaggle this installs the course helpers (torch is already there); elsewhere it does nothing.\n"
-        "import importlib.util\n"
-        "import os\n"
-        "\n"
-        'if importlib.util.find_spec("helpers") is None:\n'
-        f'    source = os.environ.get("{ENV_SOURCE}", "{install_source(url, ref)}")\n'
-        '    %pip install -q "{source}"'
-    )
+def bootstrap(url: str, ref: str = REF, version: str = __version__) -> str:
+    """The canonical first lines of every setup cell: install the helpers where missing, then check them.
+
+    It runs before the helpers can be trusted, so it imports nothing of theirs. Its errors are ``SetupError``, which
+    IPython shows as the message alone (``_render_traceback_``), and which stops Run all like any exception.
+    """
+    kaggle = " or ".join(f'"{name}" in os.environ' for name in KAGGLE_VARIABLES)
+    return f'''\
+# Installs the course helpers where they are missing (Colab, Kaggle; the PyTorch there is kept), then checks that
+# `helpers` is the course's package in the version this notebook was written for.
+import importlib.util
+import os
+import subprocess
+import sys
+
+HELPERS_VERSION = "{version}"  # this line and the next: written by python -m helpers.launch sync
+source = os.environ.get("{ENV_SOURCE}", "{install_source(url, ref)}")
+
+
+class SetupError(Exception):
+    def _render_traceback_(self):  # Jupyter shows the message without a traceback; Run all still stops here
+        return [f"SetupError: {{self}}"]
+
+
+if importlib.util.find_spec("helpers") is None:
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], capture_output=True, text=True)
+    if pip.returncode != 0:
+        said = (pip.stderr.strip() or f"exit status {{pip.returncode}}").splitlines()[-1]  # pip's last word
+        named = " (named by {ENV_SOURCE})" if "{ENV_SOURCE}" in os.environ else ""
+        if {kaggle}:
+            fix = ("On Kaggle this usually means Internet is off: switch it on in Settings > Internet (in the "
+                   "notebook editor's right-hand panel), wait for the session to restart, then run this cell again.")
+        else:
+            fix = "Check that source and your internet connection, then run this cell again."
+        raise SetupError(f"could not install the course helpers from {{source}}{{named}}.\\npip: {{said}}\\n{{fix}}")
+    importlib.invalidate_caches()
+    print(f"Installed the course helpers from {{source}}")
+
+import helpers
+
+ours = getattr(helpers, "COURSE", None) == "{COURSE}"  # other code can be called helpers too
+if not ours or helpers.__version__ != HELPERS_VERSION:
+    file = getattr(helpers, "__file__", None) or list(helpers.__path__)  # a folder without __init__.py has no file
+    found = f"version {{getattr(helpers, '__version__', 'none')}}"
+    if ours:
+        fix = f'install version {{HELPERS_VERSION}}:  %pip install --no-deps --force-reinstall "{{source}}"'
+    else:
+        found += ", not the course's package"
+        fix = "rename your own helpers.py or helpers folder (or uninstall the package it came from)"
+    raise SetupError(
+        f"this notebook needs the course helpers {{HELPERS_VERSION}}, but `import helpers` found {{file}} "
+        f"({{found}}).\\nFix: {{fix}}, then restart the runtime (the kernel) and run this cell again."
+    )'''
 
 
 def notebook_path(path: Path, root: Path = ROOT) -> str:
@@ -122,8 +227,11 @@ def find_notebooks(folder: Path = NOTEBOOKS) -> list[Path]:
 def _split_bootstrap(source: str) -> tuple[str, str] | None:
     """Split a setup cell's source into (bootstrap lines, the rest); None when it has no bootstrap block."""
     lines = source.split("\n")
-    start = next((i for i, line in enumerate(lines) if _BOOTSTRAP_IF.match(line)), None)
-    if start is None:
+    for pattern in (_BOOTSTRAP_END, _OLD_BOOTSTRAP_END):
+        start = next((i for i, line in enumerate(lines) if pattern.match(line)), None)
+        if start is not None:
+            break
+    else:
         return None
     end = start + 1
     while end < len(lines) and lines[end][:1] in (" ", "\t"):
@@ -134,8 +242,8 @@ def _split_bootstrap(source: str) -> tuple[str, str] | None:
     return "\n".join(lines[:end]), "\n".join(rest)
 
 
-def _with_bootstrap(rest: str, url: str, ref: str) -> str:
-    return bootstrap(url, ref) + ("\n\n" + rest if rest else "")
+def _with_bootstrap(rest: str, url: str, ref: str, version: str) -> str:
+    return bootstrap(url, ref, version) + ("\n\n" + rest if rest else "")
 
 
 def _header_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode | None:
@@ -160,26 +268,28 @@ def _metadata_problems(metadata: dict) -> list[str]:
     return problems
 
 
-def problems(nb: nbformat.NotebookNode, rel_path: str, url: str, ref: str = REF) -> list[str]:
+def problems(
+    nb: nbformat.NotebookNode, rel_path: str, url: str, ref: str = REF, version: str = __version__
+) -> list[str]:
     """Every way ``nb`` disagrees with the badge line, runtime metadata and bootstrap derived for it."""
     found = []
     header = _header_cell(nb)
     badges = [line for line in (header.source if header else "").split("\n") if line.startswith(BADGE_START)]
     if not badges:
         found.append("header cell has no badge line")
-    elif badges[0] != badge_line(url, rel_path):
-        found.append(f"badge line is {badges[0]!r}, expected {badge_line(url, rel_path)!r}")
+    elif badges[0] != badge_line(url, rel_path, ref):
+        found.append(f"badge line is {badges[0]!r}, expected {badge_line(url, rel_path, ref)!r}")
     found += _metadata_problems(nb.metadata)
     setup = _setup_cell(nb)
     parts = _split_bootstrap(setup.source) if setup else None
     if parts is None:
         found.append("first code cell has no bootstrap block (if importlib.util.find_spec(\"helpers\") is None:)")
-    elif setup.source != _with_bootstrap(parts[1], url, ref):
-        found.append("bootstrap lines of the setup cell differ from the canonical text")
+    elif setup.source != _with_bootstrap(parts[1], url, ref, version):
+        found.append(f"bootstrap lines of the setup cell differ from the canonical text for {ref}, version {version}")
     return found
 
 
-def fix(nb: nbformat.NotebookNode, rel_path: str, url: str, ref: str = REF) -> list[str]:
+def fix(nb: nbformat.NotebookNode, rel_path: str, url: str, ref: str = REF, version: str = __version__) -> list[str]:
     """Rewrite the badge line, runtime metadata and bootstrap of ``nb`` in place; return what could not be fixed."""
     unfixable = []
     header = _header_cell(nb)
@@ -188,7 +298,7 @@ def fix(nb: nbformat.NotebookNode, rel_path: str, url: str, ref: str = REF) -> l
     if index is None:
         unfixable.append("header cell has no badge line to rewrite")
     else:
-        lines[index] = badge_line(url, rel_path)
+        lines[index] = badge_line(url, rel_path, ref)
         header.source = "\n".join(lines)
     for key, wanted in RUNTIME_METADATA.items():
         if isinstance(wanted, dict) and isinstance(nb.metadata.get(key), dict):
@@ -200,7 +310,7 @@ def fix(nb: nbformat.NotebookNode, rel_path: str, url: str, ref: str = REF) -> l
     if parts is None:
         unfixable.append("first code cell has no bootstrap block to rewrite")
     else:
-        setup.source = _with_bootstrap(parts[1], url, ref)
+        setup.source = _with_bootstrap(parts[1], url, ref, version)
     return unfixable
 
 
@@ -211,23 +321,27 @@ def lesson_title(nb: nbformat.NotebookNode) -> str:
     return first.lstrip("#").strip() or "(untitled)"
 
 
-def course_map(url: str, notebooks: list[Path], root: Path = ROOT, doc_dir: Path | None = None) -> str:
+def course_map(
+    url: str, notebooks: list[Path], root: Path = ROOT, doc_dir: Path | None = None, ref: str = REF
+) -> str:
     """A markdown table: each lesson, its Colab and Kaggle badges, and its path for local JupyterLab."""
     rows = ["| Lesson | Colab | Kaggle | Local JupyterLab |", "|---|---|---|---|"]
     for path in notebooks:
         rel = notebook_path(path, root)
-        colab, kaggle = badge_line(url, rel).split(") [")
+        colab, kaggle = badge_line(url, rel, ref).split(") [")
         local = Path(os.path.relpath(root / rel, doc_dir or root)).as_posix()
         title = lesson_title(nbformat.read(path, as_version=4))
         rows.append(f"| {title} | {colab}) | [{kaggle} | [`{rel}`]({local}) |")
     return "\n".join(rows)
 
 
-def doc_blocks(url: str, notebooks: list[Path], root: Path, doc: Path) -> dict[str, str]:
+def doc_blocks(
+    url: str, notebooks: list[Path], root: Path, doc: Path, ref: str = REF, version: str = __version__
+) -> dict[str, str]:
     """The generated blocks a markdown file ``doc`` may hold, by marker name."""
     return {
-        "map": course_map(url, notebooks, root, doc.parent),
-        "bootstrap": f"```python\n{bootstrap(url)}\n```",
+        "map": course_map(url, notebooks, root, doc.parent, ref),
+        "bootstrap": f"```python\n{bootstrap(url, ref, version)}\n```",
     }
 
 
@@ -250,31 +364,49 @@ def sync_doc(doc: Path, blocks: dict[str, str], write: bool) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``check``: report disagreements (exit 1 if any); ``sync``: rewrite them."""
+    """``check``: report disagreements (exit 1 if any); ``sync``: rewrite them (``--ref``: for that ref first)."""
     parser = argparse.ArgumentParser(prog="python -m helpers.launch", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["check", "sync", "map"])
     parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks to handle (default: every lesson)")
     parser.add_argument("--pyproject", type=Path, default=PYPROJECT, help="where the repository address is")
     parser.add_argument("--root", type=Path, help="repository root the notebook paths are relative to")
+    parser.add_argument(
+        "--ref", help="with sync: write this ref into REF first, 'main' or the release tag v<helpers.__version__>"
+    )
     args = parser.parse_intermixed_args(argv)
     root = args.root or args.pyproject.resolve().parent
     url = repository_url(args.pyproject)
+    version = read_version(root)
+    if args.ref and args.command != "sync":
+        parser.error("--ref goes with sync")
+    if args.ref:
+        wrong = release_problems(args.ref, version, pyproject_version(args.pyproject))
+        if wrong:
+            for problem in wrong:
+                print(f"cannot sync to {args.ref}: {problem}", file=sys.stderr)
+            return 2
+        if read_ref(root) != args.ref and write_ref(root, args.ref):
+            print(f"helpers/launch.py: REF = {args.ref!r}")
+    ref = args.ref or read_ref(root)
     paths = args.notebooks or find_notebooks(root / "notebooks")
     if args.command == "map":
-        print(course_map(url, paths, root))
+        print(course_map(url, paths, root, ref=ref))
         return 0
     status = 0
+    for problem in release_problems(ref, version, pyproject_version(args.pyproject)):
+        print(f"release: {problem}")
+        status = 1
     for path in paths:
         rel = notebook_path(path, root)
         nb = nbformat.read(path, as_version=4)
-        found = problems(nb, rel, url)
+        found = problems(nb, rel, url, ref, version)
         if args.command == "check":
             for problem in found:
                 print(f"{rel}: {problem}")
             status |= bool(found)
             continue
         before = nbformat.writes(nb)
-        unfixable = fix(nb, rel, url)
+        unfixable = fix(nb, rel, url, ref, version)
         if nbformat.writes(nb) != before:
             nbformat.write(nb, path)
             print(f"{rel}: updated ({len(found)} part{'s' * (len(found) > 1)})")
@@ -286,12 +418,12 @@ def main(argv: list[str] | None = None) -> int:
         doc = root / name
         if not doc.exists():
             continue
-        stale = sync_doc(doc, doc_blocks(url, lessons, root, doc), write=args.command == "sync")
+        stale = sync_doc(doc, doc_blocks(url, lessons, root, doc, ref, version), write=args.command == "sync")
         for block in stale:
             print(f"{name}: generated block {block!r} {'updated' if args.command == 'sync' else 'is out of date'}")
         status |= bool(stale) and args.command == "check"
     if args.command == "check" and status == 0:
-        print(f"{len(paths)} notebook(s) agree with {url} at {REF}")
+        print(f"{len(paths)} notebook(s) agree with {url} at {ref}, helpers {version}")
     return status
 
 

@@ -1,8 +1,11 @@
-"""The launch parts of every lesson (badges, GPU runtime metadata, bootstrap) agree with pyproject.toml, and
-``python -m helpers.launch check`` notices when they do not."""
+"""The launch parts of every lesson (badges, GPU runtime metadata, bootstrap) agree with pyproject.toml, name one
+ref for the notebook and its helpers, and carry the helpers' version; the ref fits the release scheme (``main``, or the
+tag ``vX.Y.Z`` of ``helpers.__version__``); ``python -m helpers.launch check`` notices when any of this drifts, and
+``sync --ref`` moves all of it to a release tag and back."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +15,7 @@ import nbformat
 import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
+import helpers
 from helpers import launch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,8 +24,12 @@ URL = launch.repository_url(ROOT / "pyproject.toml")
 
 
 def _copy_repo(tmp_path: Path, url: str = URL) -> tuple[Path, Path]:
-    """A minimal repository in tmp_path: pyproject.toml naming ``url`` and lesson 00. Returns (root, notebook)."""
+    """A minimal repository in tmp_path: pyproject.toml naming ``url``, the files holding the ref and the version, and
+    lesson 00. Returns (root, notebook)."""
     (tmp_path / "notebooks").mkdir()
+    (tmp_path / "helpers").mkdir()
+    for name in ("launch.py", "__init__.py"):
+        shutil.copy(ROOT / "helpers" / name, tmp_path / "helpers" / name)
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8").replace(URL, url)
     (tmp_path / "pyproject.toml").write_text(pyproject, encoding="utf-8")
     notebook = tmp_path / "notebooks" / NOTEBOOKS[0].name
@@ -42,8 +50,8 @@ def test_lesson_agrees_with_pyproject(path: Path) -> None:
 
 
 def test_badges_name_the_configured_repository_and_the_notebook_path() -> None:
-    line = launch.badge_line("https://github.com/someone/course", "notebooks/03_x.ipynb")
-    blob = "github.com/someone/course/blob/main/notebooks/03_x.ipynb"
+    line = launch.badge_line("https://github.com/someone/course", "notebooks/03_x.ipynb", "v1.2.3")
+    blob = "github.com/someone/course/blob/v1.2.3/notebooks/03_x.ipynb"
     assert f"(https://colab.research.google.com/github/{blob.removeprefix('github.com/')})" in line
     assert f"(https://kaggle.com/kernels/welcome?src=https://{blob})" in line
 
@@ -75,13 +83,13 @@ def test_check_fails_when_the_notebook_is_renamed(tmp_path: Path, capsys) -> Non
     status, out = _check(root, capsys)
     assert status == 1 and "00_renamed.ipynb: badge line" in out
     assert launch.main(["sync", str(renamed), "--pyproject", str(root / "pyproject.toml")]) == 0  # just this one
-    assert "blob/main/notebooks/00_renamed.ipynb" in nbformat.read(renamed, as_version=4).cells[0].source
+    assert f"blob/{launch.REF}/notebooks/00_renamed.ipynb" in nbformat.read(renamed, as_version=4).cells[0].source
 
 
 def test_check_fails_on_a_hand_edited_badge(tmp_path: Path, capsys) -> None:
     root, notebook = _copy_repo(tmp_path)
     nb = nbformat.read(notebook, as_version=4)
-    nb.cells[0].source = nb.cells[0].source.replace("/blob/main/", "/blob/dev/", 1)
+    nb.cells[0].source = nb.cells[0].source.replace(f"/blob/{launch.REF}/", "/blob/dev/", 1)
     nbformat.write(nb, notebook)
     capsys.readouterr()
     status, out = _check(root, capsys)
@@ -94,7 +102,7 @@ def test_check_fails_on_missing_metadata_and_an_old_bootstrap(tmp_path: Path, ca
     del nb.metadata["accelerator"]
     nb.metadata["colab"]["gpuType"] = "A100"
     setup = next(c for c in nb.cells if c.cell_type == "code")
-    setup.source = setup.source.replace(launch.REF, "main")
+    setup.source = setup.source.replace(f'HELPERS_VERSION = "{helpers.__version__}"', 'HELPERS_VERSION = "0.0.9"')
     nbformat.write(nb, notebook)
     capsys.readouterr()
     status, out = _check(root, capsys)
@@ -108,7 +116,7 @@ def test_sync_touches_only_badges_metadata_and_bootstrap(tmp_path: Path) -> None
     nb = nbformat.read(notebook, as_version=4)
     nb.metadata["colab"]["toc_visible"] = True  # a key Colab adds itself survives a sync
     setup = next(c for c in nb.cells if c.cell_type == "code")
-    setup.source = setup.source.replace(launch.REF, "main")
+    setup.source = setup.source.replace(f'HELPERS_VERSION = "{helpers.__version__}"', 'HELPERS_VERSION = "0.0.9"')
     nbformat.write(nb, notebook)
     launch.main(["sync", "--pyproject", str(root / "pyproject.toml")])
     after = nbformat.read(notebook, as_version=4)
@@ -124,12 +132,14 @@ def test_setup_cells_keep_their_imports_after_the_bootstrap() -> None:
         assert head == "" and "from helpers import" in rest, path.name
 
 
-def test_bootstrap_is_valid_ipython_and_pins_a_ref() -> None:
+def test_bootstrap_is_plain_python_and_names_the_ref_and_the_version() -> None:
     text = launch.bootstrap(URL)
-    python = TransformerManager().transform_cell(text)
-    compile(python, "<bootstrap>", "exec")  # compiles: the %pip line became a run_line_magic call
-    assert "run_line_magic('pip'" in python
-    assert f"git+{URL}@{launch.REF}" in text and launch.ENV_SOURCE in text
+    compile(text, "<bootstrap>", "exec")  # no magics: it runs in any Python kernel
+    assert TransformerManager().transform_cell(text) == text + "\n"
+    assert f'"git+{URL}@{launch.REF}"' in text and launch.ENV_SOURCE in text
+    assert f'HELPERS_VERSION = "{helpers.__version__}"' in text and f'== "{helpers.COURSE}"' in text
+    assert '[sys.executable, "-m", "pip", "install", "-q", source]' in text
+    assert all(name in text for name in launch.KAGGLE_VARIABLES)
     assert "--upgrade" not in text and "-U " not in text  # never replaces the torch the platform ships
     assert max(len(line) for line in text.splitlines()) <= 120  # ruff's line length for notebooks
 
@@ -179,3 +189,104 @@ def _clean_env() -> dict[str, str]:
     import os
 
     return {k: v for k, v in os.environ.items() if k != launch.ENV_SOURCE}
+
+
+def _refs(nb: nbformat.NotebookNode) -> tuple[set[str], set[str]]:
+    """The refs the badges open and the refs the bootstrap installs from."""
+    badges = set(re.findall(r"/blob/([^/]+)/notebooks/", nb.cells[0].source))
+    setup = next(c for c in nb.cells if c.cell_type == "code")
+    installs = set(re.findall(rf"git\+{re.escape(URL)}@([^\"']+)", setup.source))
+    return badges, installs
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name[:2] for p in NOTEBOOKS])
+def test_badges_and_bootstrap_name_one_ref(path: Path) -> None:
+    badges, installs = _refs(nbformat.read(path, as_version=4))
+    assert badges == installs == {launch.REF}, f"badges open {badges}, the bootstrap installs {installs}"
+
+
+def test_the_ref_fits_the_release_scheme() -> None:
+    # On main: REF is "main". In a release, REF is the tag vX.Y.Z and helpers.__version__ is "X.Y.Z".
+    assert launch.REF in ("main", f"v{helpers.__version__}"), (launch.REF, helpers.__version__)
+    packaged = launch.pyproject_version(ROOT / "pyproject.toml")
+    assert launch.release_problems(launch.REF, helpers.__version__, packaged) == []
+    assert launch.read_ref(ROOT) == launch.REF and launch.read_version(ROOT) == helpers.__version__
+
+
+def test_a_release_tag_at_head_is_the_ref() -> None:
+    done = subprocess.run(["git", "tag", "--points-at", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        pytest.skip("not a git checkout")
+    tags = [t for t in done.stdout.split() if re.fullmatch(r"v\d+\.\d+\.\d+", t)]
+    if not tags:
+        pytest.skip("HEAD carries no release tag")
+    assert launch.REF in tags, f"HEAD is tagged {tags}, but the notebooks name {launch.REF}: sync --ref before tagging"
+
+
+@pytest.mark.parametrize(
+    ("ref", "version", "packaged", "wanted"),
+    [
+        ("main", "0.1.0", "0.1.0", ""),
+        ("v0.2.0", "0.2.0", "0.2.0", ""),
+        ("v0.2.0", "0.2.0", None, ""),
+        ("v0.2.0", "0.1.0", "0.1.0", "set it to '0.2.0'"),
+        ("dev", "0.1.0", "0.1.0", "neither 'main' nor a release tag"),
+        ("0.1.0", "0.1.0", "0.1.0", "neither 'main' nor a release tag"),
+        ("main", "0.2.0", "0.1.0", "pyproject.toml's version '0.1.0'"),
+    ],
+)
+def test_release_problems(ref: str, version: str, packaged: str | None, wanted: str) -> None:
+    found = launch.release_problems(ref, version, packaged)
+    assert (wanted in " ".join(found)) if wanted else found == []
+    assert bool(found) == bool(wanted)
+
+
+def _bump(root: Path, version: str) -> None:
+    for path in (root / "helpers" / "__init__.py", root / "pyproject.toml"):
+        text = path.read_text(encoding="utf-8")
+        path.write_text(text.replace(f'"{helpers.__version__}"', f'"{version}"', 1), encoding="utf-8")
+
+
+def test_sync_to_a_release_tag_and_back(tmp_path: Path, capsys) -> None:
+    root, notebook = _copy_repo(tmp_path)
+    doc = root / "README.md"
+    doc.write_text("<!-- launch:map -->\nold\n<!-- /launch:map -->\n", encoding="utf-8")
+    _bump(root, "0.2.0")
+    args = ["--pyproject", str(root / "pyproject.toml")]
+    capsys.readouterr()
+    assert launch.main(["check", *args]) == 1 and "differ from the canonical text" in capsys.readouterr().out
+
+    assert launch.main(["sync", "--ref", "v0.2.0", *args]) == 0
+    assert launch.read_ref(root) == "v0.2.0"
+    nb = nbformat.read(notebook, as_version=4)
+    assert _refs(nb) == ({"v0.2.0"}, {"v0.2.0"})
+    assert 'HELPERS_VERSION = "0.2.0"' in next(c for c in nb.cells if c.cell_type == "code").source
+    assert "/blob/v0.2.0/notebooks/" in doc.read_text() and "/blob/main/" not in doc.read_text()
+    capsys.readouterr()
+    assert launch.main(["check", *args]) == 0, capsys.readouterr().out
+
+    assert launch.main(["sync", "--ref", "main", *args]) == 0  # back on main after tagging: the version stays
+    assert launch.read_ref(root) == "main"
+    nb = nbformat.read(notebook, as_version=4)
+    assert _refs(nb) == ({"main"}, {"main"})
+    assert 'HELPERS_VERSION = "0.2.0"' in next(c for c in nb.cells if c.cell_type == "code").source
+    capsys.readouterr()
+    assert launch.main(["check", *args]) == 0, capsys.readouterr().out
+
+
+def test_sync_refuses_a_tag_that_is_not_the_version(tmp_path: Path, capsys) -> None:
+    root, notebook = _copy_repo(tmp_path)
+    files = (notebook, root / "helpers" / "launch.py")
+    before = [f.read_text(encoding="utf-8") for f in files]
+    capsys.readouterr()
+    assert launch.main(["sync", "--ref", "v9.9.9", "--pyproject", str(root / "pyproject.toml")]) == 2
+    assert "set it to '9.9.9'" in capsys.readouterr().err
+    assert [f.read_text(encoding="utf-8") for f in files] == before
+
+
+def test_check_fails_when_ref_and_version_disagree(tmp_path: Path, capsys) -> None:
+    root, _ = _copy_repo(tmp_path)
+    launch.write_ref(root, "v0.3.0")  # a tag written by hand, the version left as it was
+    capsys.readouterr()
+    status, out = _check(root, capsys)
+    assert status == 1 and "release: ref v0.3.0 is a release tag" in out and "badge line" in out

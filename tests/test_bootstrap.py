@@ -1,5 +1,6 @@
-"""The bootstrap works where the course package is missing, as on Colab or Kaggle: a fresh virtual environment that
-has PyTorch but not ``helpers`` executes a lesson, and the lesson's first cell installs the helpers itself.
+"""The bootstrap, seen from the learner's side: a fresh virtual environment that has PyTorch but not ``helpers``, as
+on Colab or Kaggle, executes lessons whose first cell must install the helpers itself, or stop with one message that
+says what went wrong and how to fix it.
 
 Installing PyTorch into a fresh environment would cost minutes and gigabytes, so the new environment borrows this
 interpreter's installed packages instead: a ``.pth`` file points it at a folder of links to every package in this
@@ -8,13 +9,20 @@ That is the situation on Colab: torch, torchvision, matplotlib, tqdm and Jupyter
 ``COURSE_HELPERS_SOURCE`` points the bootstrap at a copy of this checkout, and pip runs with ``--no-index`` (where
 setuptools is installed to build with): had it tried to reinstall torch or anything else already there, it would have
 had to download it, and failed. Either way the test checks that torch still comes from where it was.
+
+The failure cases (an older helpers, a learner's own ``helpers.py``, a source pip cannot install, Kaggle with Internet
+off) execute only the first cells of lesson 00 and check that the setup cell stopped the run with its message, shown
+without a traceback, and that no cell below it ran. They share one fresh environment, which none of them installs into.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import os
 import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -25,10 +33,13 @@ import nbformat
 import pytest
 import torch
 
+import helpers
 from helpers import course, launch
 
 ROOT = Path(__file__).resolve().parent.parent
 HIDDEN = ("helpers", "pytorch_gpu_course_helpers", "__editable__", "__pycache__")
+URL = launch.repository_url(ROOT / "pyproject.toml")
+DEFAULT_SOURCE = launch.install_source(URL, launch.REF)
 
 
 def lesson_to_run() -> Path:
@@ -64,17 +75,122 @@ def run_in(python: Path, code: str, cwd: Path) -> str:
     return done.stdout.strip()
 
 
-@pytest.fixture(scope="module")
-def fresh_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    """(python, its site-packages, a working folder) of a new environment with torch and without helpers."""
-    base = tmp_path_factory.mktemp("bootstrap")
+def make_env(base: Path, borrowed: Path) -> tuple[Path, Path, Path]:
+    """(python, its site-packages, a working folder) of a new environment in ``base`` that borrows ``borrowed``."""
+    base.mkdir(parents=True, exist_ok=True)
     venv.create(base / "venv", with_pip=False)  # pip, like torch, comes from the borrowed packages
     python = base / "venv" / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
     work = base / "work"  # not the checkout: a kernel's working folder is on its sys.path
     work.mkdir()
     site = Path(run_in(python, "import sysconfig; print(sysconfig.get_paths()['purelib'])", work))
-    (site / "_borrowed_packages.pth").write_text(f"{borrowed_packages(base / 'borrowed')}\n", encoding="utf-8")
+    (site / "_borrowed_packages.pth").write_text(f"{borrowed}\n", encoding="utf-8")
     return python, site, work
+
+
+@pytest.fixture(scope="module")
+def borrowed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return borrowed_packages(tmp_path_factory.mktemp("borrowed") / "packages")
+
+
+@pytest.fixture(scope="module")
+def fresh_env(tmp_path_factory: pytest.TempPathFactory, borrowed: Path) -> tuple[Path, Path, Path]:
+    """A new environment with torch and without helpers, shared by the tests that must not install into it."""
+    return make_env(tmp_path_factory.mktemp("bootstrap"), borrowed)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What git would check out (the package and its build files), copied so no build touches the checkout."""
+    target = tmp_path_factory.mktemp("source")
+    shutil.copytree(ROOT / "helpers", target / "helpers", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if (ROOT / name).exists():
+            shutil.copy(ROOT / name, target / name)
+    return target
+
+
+@pytest.fixture
+def learner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Sets up a kernel for a given environment, as a learner's would be: no course variables, no Kaggle, no pip
+    configuration of this machine. Returns ``use(python)``, which registers the kernel and returns its name."""
+    for name in (launch.ENV_SOURCE, "PYTHONPATH", "COLAB_RELEASE_TAG", *launch.KAGGLE_VARIABLES):
+        monkeypatch.delenv(name, raising=False)
+    for name in [n for n in os.environ if n.startswith("PIP_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    monkeypatch.setenv("PIP_NO_INPUT", "1")
+    monkeypatch.setenv("GIT_TERMINAL_PROMPT", "0")
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+
+    def use(python: Path) -> str:
+        kernels = tmp_path / "jupyter" / "kernels" / "fresh-venv"
+        kernels.mkdir(parents=True, exist_ok=True)
+        spec = {"argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "fresh venv", "language": "python"}
+        (kernels / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
+        return "fresh-venv"
+
+    return use
+
+
+def offline_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Build with the borrowed setuptools, so nothing is downloaded."""
+    if importlib.util.find_spec("setuptools"):
+        monkeypatch.setenv("PIP_NO_INDEX", "1")  # had pip tried to reinstall torch or anything else, it would fail
+        monkeypatch.setenv("PIP_NO_BUILD_ISOLATION", "0")  # (sic) "0" turns build isolation off
+
+
+def github_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """git fails to reach github.com at once, as it does on Kaggle with Internet off (without a network wait)."""
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "url.file:///nonexistent/github/.insteadOf")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "https://github.com/")
+
+
+def closed_port() -> int:
+    """A local port nothing listens on: a connection to it is refused at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def first_cells(folder: Path) -> Path:
+    """Lesson 00 up to its third code cell (setup, parameters, ``lesson.start``), as a notebook in ``folder``."""
+    lesson = course.find_notebooks(ROOT / "notebooks", "00")[0]
+    nb = nbformat.read(lesson, as_version=4)
+    third = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"][2]
+    nb.cells = nb.cells[: third + 1]
+    path = folder / lesson.name
+    nbformat.write(nb, path)
+    return path
+
+
+def execute(notebook: Path, kernel: str, cwd: Path) -> nbformat.NotebookNode:
+    """Run ``notebook`` with papermill, which stops at the first error as Colab's Run all does; the executed copy."""
+    import papermill
+
+    output = notebook.with_name(f"executed_{notebook.name}")
+    with contextlib.suppress(papermill.PapermillExecutionError):
+        papermill.execute_notebook(str(notebook), str(output), kernel_name=kernel, cwd=str(cwd),
+                                   progress_bar=False, log_output=False, execution_timeout=300)
+    return nbformat.read(output, as_version=4)
+
+
+def stopped_at_setup(nb: nbformat.NotebookNode) -> str:
+    """The setup cell's message; fails unless the setup cell stopped the run with it, without a traceback."""
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    errors = [o for o in code[0].outputs if o.output_type == "error"]
+    assert errors, f"the setup cell did not stop the lesson; outputs: {code[0].outputs}"
+    assert errors[0].ename == "SetupError", f"{errors[0].ename}: {errors[0].evalue}"
+    shown = "\n".join(errors[0].traceback)
+    assert shown == f"SetupError: {errors[0].evalue}", f"shown with more than the message:\n{shown}"
+    assert [c.execution_count for c in code[1:]] == [None] * (len(code) - 1), "a cell below the setup cell ran"
+    return errors[0].evalue
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def test_fresh_env_has_torch_and_jupyter_but_not_helpers(fresh_env) -> None:
@@ -85,41 +201,106 @@ def test_fresh_env_has_torch_and_jupyter_but_not_helpers(fresh_env) -> None:
 
 
 @pytest.mark.notebooks
-def test_lesson_bootstraps_itself_in_a_fresh_env(fresh_env, tmp_path: Path, monkeypatch) -> None:
-    import papermill
-
-    python, site, work = fresh_env
-    # The source: what git would check out (the package and its build files), copied so no build touches the checkout.
-    source = tmp_path / "source"
-    shutil.copytree(ROOT / "helpers", source / "helpers", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        if (ROOT / name).exists():
-            shutil.copy(ROOT / name, source / name)
-    kernels = tmp_path / "jupyter" / "kernels" / "fresh-venv"
-    kernels.mkdir(parents=True)
-    spec = {"argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "fresh venv", "language": "python"}
-    (kernels / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+def test_lesson_bootstraps_itself_in_a_fresh_env(borrowed, source, learner, tmp_path: Path, monkeypatch) -> None:
+    python, site, work = make_env(tmp_path / "env", borrowed)  # its own: this test installs the helpers
     monkeypatch.setenv(launch.ENV_SOURCE, str(source))
-    if importlib.util.find_spec("setuptools"):  # build with the borrowed setuptools, so nothing is downloaded
-        monkeypatch.setenv("PIP_NO_INDEX", "1")  # had pip tried to reinstall torch or anything else, it would fail
-        monkeypatch.setenv("PIP_NO_BUILD_ISOLATION", "0")  # (sic) "0" turns build isolation off
-    monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-    monkeypatch.delenv("PYTHONPATH", raising=False)
+    offline_builds(monkeypatch)
+    kernel = learner(python)
 
     lesson = lesson_to_run()
     output = tmp_path / lesson.name
     # A correct lesson runs to the end under papermill, which stops at the first error like Colab's Run all.
-    papermill.execute_notebook(str(lesson), str(output), kernel_name="fresh-venv", cwd=str(work),
+    import papermill
+
+    papermill.execute_notebook(str(lesson), str(output), kernel_name=kernel, cwd=str(work),
                                progress_bar=False, log_output=False, execution_timeout=600)
     nb = nbformat.read(output, as_version=4)
 
     assert course.first_error(nb) is None
     assert all(c.execution_count for c in nb.cells if c.cell_type == "code"), "a cell did not run"
     assert any(r.get("quick") for r in course.records(nb)), "the lesson did not run in quick mode"
+    setup = next(c for c in nb.cells if c.cell_type == "code")
+    assert f"Installed the course helpers from {source}" in "".join(o.get("text", "") for o in setup.outputs)
     installed = run_in(python, "import helpers, torch; print(helpers.__file__); print(torch.__file__)", work)
     helpers_file, torch_file = installed.splitlines()
     assert Path(helpers_file).is_relative_to(site), "helpers was not installed into the fresh environment"
     assert not Path(torch_file).resolve().is_relative_to(site.resolve()), "torch was reinstalled"
     assert not any(site.glob("torch*")), "the bootstrap installed a second torch"
+
+
+def test_an_older_helpers_stops_the_lesson(borrowed, learner, tmp_path: Path) -> None:
+    python, site, work = make_env(tmp_path / "env", borrowed)  # its own: it gets an old copy of the helpers
+    shutil.copytree(ROOT / "helpers", site / "helpers", ignore=shutil.ignore_patterns("__pycache__"))
+    init = site / "helpers" / "__init__.py"
+    init.write_text(init.read_text().replace(f'"{helpers.__version__}"', '"0.0.1"'), encoding="utf-8")
+    assert run_in(python, "import helpers; print(helpers.__version__)", work) == "0.0.1"
+
+    message = one_line(stopped_at_setup(execute(first_cells(tmp_path), learner(python), work)))
+    assert f"needs the course helpers {helpers.__version__}" in message
+    assert f"found {init} (version 0.0.1)" in message
+    assert f'%pip install --no-deps --force-reinstall "{DEFAULT_SOURCE}"' in message
+    assert "restart the runtime" in message
+
+
+def test_a_helpers_py_in_the_working_folder_stops_the_lesson(fresh_env, learner, tmp_path: Path) -> None:
+    python, _, _ = fresh_env
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "helpers.py").write_text('"""A learner\'s own helpers."""\n\n\ndef add(a, b):\n    return a + b\n')
+
+    message = one_line(stopped_at_setup(execute(first_cells(tmp_path), learner(python), work)))
+    assert f"needs the course helpers {helpers.__version__}" in message
+    assert f"found {work / 'helpers.py'} (version none, not the course's package)" in message
+    assert "rename your own helpers.py" in message and "restart the runtime" in message
+
+
+@pytest.mark.parametrize("case", ["missing path", "index unreachable", "github unreachable"])
+def test_a_failed_install_stops_the_lesson(case: str, fresh_env, source, learner, tmp_path, monkeypatch) -> None:
+    python, _, work = fresh_env
+    if case == "missing path":
+        tried = str(tmp_path / "no-such-checkout")
+        monkeypatch.setenv(launch.ENV_SOURCE, tried)
+        said = f"File '{tried}' does not exist"
+    elif case == "index unreachable":  # building the checkout needs setuptools from an index that refuses connections
+        tried = str(source)
+        monkeypatch.setenv(launch.ENV_SOURCE, tried)
+        monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{closed_port()}/simple")
+        monkeypatch.setenv("PIP_RETRIES", "0")
+        said = "ERROR: Failed to build"
+    else:  # the default source, as on Colab, with GitHub out of reach
+        tried = DEFAULT_SOURCE
+        github_unreachable(monkeypatch)
+        said = "git clone"
+
+    message = stopped_at_setup(execute(first_cells(tmp_path), learner(python), work))
+    first, pip, fix = message.splitlines()
+    named = f" (named by {launch.ENV_SOURCE})" if case != "github unreachable" else ""
+    assert first == f"could not install the course helpers from {tried}{named}."
+    assert pip.startswith("pip: ") and said in pip
+    assert fix == "Check that source and your internet connection, then run this cell again."
+    assert run_in(python, "import importlib.util as u; print(u.find_spec('helpers'))", work) == "None"
+
+
+def test_on_kaggle_a_failed_install_says_to_switch_internet_on(fresh_env, learner, tmp_path, monkeypatch) -> None:
+    python, _, work = fresh_env
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    github_unreachable(monkeypatch)
+
+    message = stopped_at_setup(execute(first_cells(tmp_path), learner(python), work))
+    assert message.startswith(f"could not install the course helpers from {DEFAULT_SOURCE}.\npip: ")
+    assert "git clone" in message.splitlines()[1]
+    assert one_line(message.splitlines()[2]) == (
+        "On Kaggle this usually means Internet is off: switch it on in Settings > Internet (in the notebook editor's "
+        "right-hand panel), wait for the session to restart, then run this cell again."
+    )
+
+
+def test_kaggle_is_recognised_by_the_variables_devices_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from helpers import devices
+
+    for name in ("COLAB_RELEASE_TAG", *launch.KAGGLE_VARIABLES):
+        monkeypatch.delenv(name, raising=False)
+    for name in launch.KAGGLE_VARIABLES:
+        monkeypatch.setenv(name, "1")
+        assert devices.runtime() == "Kaggle", name
+        monkeypatch.delenv(name)

@@ -181,7 +181,8 @@ class SetupError(Exception):
 
 
 if importlib.util.find_spec("helpers") is None:
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], capture_output=True, text=True)
+    install = [sys.executable, "-m", "pip", "install", "-q", "--no-color", source]  # keeps the torch that is there
+    pip = subprocess.run(install, capture_output=True, text=True)
     if pip.returncode != 0:
         said = (pip.stderr.strip() or f"exit status {{pip.returncode}}").splitlines()[-1]  # pip's last word
         named = " (named by {ENV_SOURCE})" if "{ENV_SOURCE}" in os.environ else ""
@@ -373,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ref", help="with sync: write this ref into REF first, 'main' or the release tag v<helpers.__version__>"
     )
-    args = parser.parse_intermixed_args(argv)
+    args = parser.parse_args(argv)
     root = args.root or args.pyproject.resolve().parent
     url = repository_url(args.pyproject)
     version = read_version(root)

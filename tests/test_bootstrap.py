@@ -185,6 +185,7 @@ def stopped_at_setup(nb: nbformat.NotebookNode) -> str:
     assert errors[0].ename == "SetupError", f"{errors[0].ename}: {errors[0].evalue}"
     shown = "\n".join(errors[0].traceback)
     assert shown == f"SetupError: {errors[0].evalue}", f"shown with more than the message:\n{shown}"
+    assert "\x1b[" not in shown, "the message carries terminal colour codes"
     assert [c.execution_count for c in code[1:]] == [None] * (len(code) - 1), "a cell below the setup cell ran"
     return errors[0].evalue
 

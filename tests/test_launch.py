@@ -138,7 +138,7 @@ def test_bootstrap_is_plain_python_and_names_the_ref_and_the_version() -> None:
     assert TransformerManager().transform_cell(text) == text + "\n"
     assert f'"git+{URL}@{launch.REF}"' in text and launch.ENV_SOURCE in text
     assert f'HELPERS_VERSION = "{helpers.__version__}"' in text and f'== "{helpers.COURSE}"' in text
-    assert '[sys.executable, "-m", "pip", "install", "-q", source]' in text
+    assert '[sys.executable, "-m", "pip", "install", "-q", "--no-color", source]' in text
     assert all(name in text for name in launch.KAGGLE_VARIABLES)
     assert "--upgrade" not in text and "-U " not in text  # never replaces the torch the platform ships
     assert max(len(line) for line in text.splitlines()) <= 120  # ruff's line length for notebooks

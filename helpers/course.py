@@ -74,10 +74,8 @@ SITE_PACKAGES = re.compile(r"(?:/[^\s/'\":]+)+/site-packages/")
 def scrub_paths(text: str) -> str:
     """Replace this machine's paths in an output (tracebacks, warnings) with ones that hold anywhere."""
     text = SITE_PACKAGES.sub("site-packages/", text)
-    stdlib = sysconfig.get_paths()["stdlib"]
-    text = text.replace(
-        f"{stdlib}{os.sep}", f"{Path(stdlib).name}{os.sep}"
-    )  # .../lib/python3.11/x.py -> python3.11/x.py
+    stdlib = sysconfig.get_paths()["stdlib"]  # .../lib/python3.11/contextlib.py -> python3.11/contextlib.py
+    text = text.replace(f"{stdlib}{os.sep}", f"{Path(stdlib).name}{os.sep}")
     text = text.replace(f"{ROOT}{os.sep}", "")
     return text.replace(str(Path.home()), "~")
 

@@ -284,9 +284,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Wait for every rank before tearing down: a process that leaves right after its last collective can abort
         # its peer (gloo, two CPU processes: SIGABRT in about one run in four without this barrier).
         dist.barrier()
+    except Exception as exc:
+        if lost_a_peer(exc):
+            # Not this rank's own failure: a peer has gone and closed its connections. Report it as such and leave
+            # the stopping to torchrun, which ends every process once the failed one has exited, so that its report
+            # names the rank that failed first rather than whichever process happened to exit first.
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            print(
+                f"[rank {dist.get_rank()}] lost a peer ({first_line}); waiting for torchrun to stop the job", flush=True
+            )
+            time.sleep(args.timeout)
+        raise
     finally:
         dist.destroy_process_group()  # also after an error, so the process exits without leaking the group
     return 0
+
+
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+"""How gloo words a collective whose peer process has exited (torch 2.8 says it at once; 2.14 may just wait)."""
+
+
+def lost_a_peer(exc: BaseException) -> bool:
+    """Whether a collective failed because another rank's process went away, not because of this rank."""
+    return any(text in str(exc) for text in PEER_GONE)
 
 
 def train(

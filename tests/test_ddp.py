@@ -163,3 +163,9 @@ def test_device_for_local_rank_and_the_terminal_line() -> None:
     line = ddp_train.torchrun_line(2, ["--epochs", "1"])
     assert line == "torchrun --standalone --nproc_per_node=2 -m helpers.ddp_train --epochs 1"
     assert ddp_train.torchrun_command(2, ["--epochs", "1"])[-6:] == line.split()[1:]
+
+
+def test_a_lost_peer_is_told_apart_from_a_rank_of_its_own_failing() -> None:
+    gone = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:544] Connection closed by peer [::1]:1")
+    assert ddp_train.lost_a_peer(gone)
+    assert not ddp_train.lost_a_peer(RuntimeError("rank 1 fails on purpose (--fail-rank 1)"))

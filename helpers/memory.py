@@ -245,3 +245,40 @@ def largest_batch_size(
             else:
                 bad = middle
     return BatchSearch(largest=good, tried=tried)
+
+
+@dataclass(frozen=True)
+class StepPeak:
+    """What one call needed on top of the memory already in use when it started."""
+
+    before: int
+    """Bytes allocated before the call: model, optimizer state, data and anything earlier cells left alive."""
+    peak: int
+    """Most bytes allocated during the call, ``before`` included."""
+
+    @property
+    def extra(self) -> int:
+        """The call's own need: the peak above what was already allocated (activations, gradients, workspaces)."""
+        return self.peak - self.before
+
+    def __str__(self) -> str:
+        return (f"needs {format_bytes(self.extra)} on top of {format_bytes(self.before)} already allocated "
+                f"(peak {format_bytes(self.peak)})")
+
+
+def peak_during(fn: Callable[[], Any], device: str | torch.device) -> StepPeak | None:
+    """Run ``fn()`` once and report its peak relative to what was allocated before; None where no peak is tracked.
+
+    Garbage is collected and the peak reset first, so the figure is this call's own need, not a peak some earlier
+    work reached. ``fn`` should finish its device work before returning (the allocator is updated as work is queued,
+    so a synchronise is not needed for the figure itself).
+    """
+    gc.collect()
+    stats = memory_stats(device)
+    if stats is None or stats.peak_allocated is None:
+        return None
+    reset_peak(device)
+    before = memory_stats(device).allocated
+    fn()
+    after = memory_stats(device)
+    return StepPeak(before=before, peak=max(after.peak_allocated, before))

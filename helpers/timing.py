@@ -1,10 +1,17 @@
-"""Timing code on a device honestly: synchronise before reading the clock, warm up, take the median of repeats."""
+"""Timing code on a device honestly: synchronise before reading the clock, warm up, take the median of repeats.
+
+Also the rules lesson 08 uses to read its measurements: whether a change is faster beyond the noise (``compare``),
+whether a step is bound by launches or by arithmetic (``launch_diagnosis``, ``batch_scaling``), and a profiler
+summary that reads the same on a CPU and on a GPU (``profile_summary``).
+"""
 
 from __future__ import annotations
 
+import logging
+import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,14 +27,31 @@ class Timing:
     median: float
     times: list[float] = field(repr=False)
     warmup: int = 0
+    calls: int = 1
+    """Calls of the timed function in each repeat; ``times`` are per call (each repeat's time divided by this)."""
 
     @property
     def spread(self) -> float:
         """(max - min) / median: how noisy the repeats were."""
         return (max(self.times) - min(self.times)) / self.median if self.median else 0.0
 
+    @property
+    def fastest(self) -> float:
+        return min(self.times)
+
+    @property
+    def slowest(self) -> float:
+        return max(self.times)
+
+    def per(self, units: float) -> Timing:
+        """The same repeats divided by ``units`` (images in a batch, say): seconds per unit."""
+        if units <= 0:
+            raise ValueError(f"units must be positive, got {units}.")
+        return Timing(self.median / units, [t / units for t in self.times], self.warmup, self.calls)
+
     def __str__(self) -> str:
-        return f"{format_seconds(self.median)} (median of {len(self.times)}, spread {self.spread:.0%})"
+        calls = f", {self.calls} calls each" if self.calls > 1 else ""
+        return f"{format_seconds(self.median)} (median of {len(self.times)}{calls}, spread {self.spread:.0%})"
 
 
 def format_seconds(seconds: float) -> str:
@@ -45,30 +69,43 @@ def time_on_device(
     warmup: int = 1,
     sync: Callable[[], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    min_repeat_time: float = 0.0,
+    max_calls: int = 10_000,
 ) -> Timing:
-    """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed ones, each between two synchronisations.
+    """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed repeats, each between two synchronisations.
 
-    ``sync`` defaults to synchronising ``device``; tests replace it (and ``clock``) to watch what happens.
+    With ``min_repeat_time`` 0 each repeat is one call. Otherwise one more synchronised call is timed to choose how
+    many calls (at most ``max_calls``) make a repeat last at least ``min_repeat_time`` seconds, so that a fast call
+    is timed over a window long enough for the clock and the device's jitter not to dominate; the times returned
+    are per call. ``sync`` defaults to synchronising ``device``; tests replace it (and ``clock``) to watch.
     """
     if not callable(fn):
         raise TypeError(f"fn must be a callable taking no arguments, got {type(fn).__name__}.")
     if repeats < 1 or warmup < 0:
         raise ValueError(f"Need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}.")
+    if min_repeat_time < 0 or max_calls < 1:
+        raise ValueError(f"Need min_repeat_time >= 0 and max_calls >= 1, got {min_repeat_time} and {max_calls}.")
     if sync is None:
 
         def sync() -> None:
             synchronize(device)
 
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
+    def timed(calls: int) -> float:
         sync()  # work queued before the timer starts must not be counted
         start = clock()
-        fn()
+        for _ in range(calls):
+            fn()
         sync()  # and work fn queued must have finished before the clock is read
-        times.append(clock() - start)
-    return Timing(median=statistics.median(times), times=times, warmup=warmup)
+        return clock() - start
+
+    for _ in range(warmup):
+        fn()
+    calls = 1
+    if min_repeat_time > 0:
+        one = timed(1)
+        calls = max(1, min(max_calls, math.ceil(min_repeat_time / one))) if one > 0 else max_calls
+    times = [timed(calls) / calls for _ in range(repeats)]
+    return Timing(median=statistics.median(times), times=times, warmup=warmup, calls=calls)
 
 
 class DeviceTimer:
@@ -109,17 +146,25 @@ def benchmark(
 
     The Timer's clock synchronises before each reading, around each block of calls: in recent PyTorch releases the
     current accelerator (through ``torch.accelerator``), in torch 2.8 CUDA, XPU and PrivateUse1 devices but not MPS.
-    For devices other than the CPU and CUDA each call is also wrapped with a synchronise, so the figures are right on
-    every release the course supports.
+    On the CPU and on CUDA devices ``fn`` is timed as it is; on every other device each call is followed by a
+    synchronise of ``device``, so the figures are right on every release the course supports.
     """
-    from torch.utils import benchmark as tb
+    # Importing torch.utils.benchmark imports torch.utils.cpp_extension, which logs "No CUDA runtime is found" on a
+    # machine without CUDA. Nothing is compiled here, so that warning is harmless: it is held back for the import.
+    cpp_extension_log = logging.getLogger("torch.utils.cpp_extension")
+    level = cpp_extension_log.level
+    cpp_extension_log.setLevel(logging.ERROR)
+    try:
+        from torch.utils import benchmark as tb
+    finally:
+        cpp_extension_log.setLevel(level)
 
     if not callable(fn):
         raise TypeError(f"fn must be a callable taking no arguments, got {type(fn).__name__}.")
     if min_run_time <= 0:
         raise ValueError(f"min_run_time must be positive, got {min_run_time}.")
     device = torch.device(device)
-    if device.type == "cpu":
+    if device.type in ("cpu", "cuda"):  # nothing to wait for on the CPU; the Timer synchronises CUDA itself
         stmt_fn = fn
     else:
 
@@ -135,3 +180,188 @@ def benchmark(
         num_threads=torch.get_num_threads(),
     )
     return timer.blocked_autorange(min_run_time=min_run_time)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Reading measurements: rules that turn a run's numbers into the sentences lesson 08 prints.
+
+KEPT, SLOWER, NO_CLEAR_DIFFERENCE = "kept", "not kept: slower", "no clear difference"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A change measured against the step before it, on per-unit times (seconds per image, say)."""
+
+    before: Timing
+    after: Timing
+    verdict: str
+    """``KEPT``, ``SLOWER`` or ``NO_CLEAR_DIFFERENCE``."""
+
+    @property
+    def speedup(self) -> float:
+        """How many times faster ``after`` is than ``before`` (medians)."""
+        return self.before.median / self.after.median
+
+    @property
+    def kept(self) -> bool:
+        return self.verdict == KEPT
+
+    def __str__(self) -> str:
+        return (f"{self.speedup:.2f}x (spreads {self.before.spread:.0%} and {self.after.spread:.0%}): "
+                f"{self.verdict}")
+
+
+def compare(before: Timing, after: Timing) -> Comparison:
+    """Keep a change only when its effect is outside the spread of both measurements.
+
+    Kept: every repeat of ``after`` was faster than every repeat of ``before``. Slower: every repeat of ``after``
+    was slower than every repeat of ``before``. Otherwise the two ranges overlap, and noise alone could have
+    produced the difference: no clear difference, whatever the medians say.
+    """
+    if after.slowest < before.fastest:
+        verdict = KEPT
+    elif after.fastest > before.slowest:
+        verdict = SLOWER
+    else:
+        verdict = NO_CLEAR_DIFFERENCE
+    return Comparison(before, after, verdict)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What bounds a step (``kind``) and the sentence that says so, with the figures it came from."""
+
+    kind: str
+    sentence: str
+
+    def __str__(self) -> str:
+        return self.sentence
+
+
+LAUNCH_BOUND, DEVICE_BOUND, PARTLY_LAUNCH_BOUND, NO_DEVICE_TIMELINE = (
+    "launch-bound", "device-bound", "partly launch-bound", "no device timeline")
+
+
+def launch_diagnosis(cpu_side_s: float, device_s: float | None, launch_ratio: float = 2.0,
+                     busy_fraction: float = 0.8) -> Diagnosis:
+    """Read the profiler's CPU-side time against the device's busy time for the same steps.
+
+    ``device_s`` None means the profiler recorded no device timeline (a CPU run: the CPU does the arithmetic itself).
+    The CPU side taking ``launch_ratio`` times the device time or more means the device waits for Python and kernel
+    launches: launch-bound. The device busy for at least ``busy_fraction`` of the CPU-side time means the arithmetic
+    is the limit: device-bound. In between, partly launch-bound.
+    """
+    if cpu_side_s <= 0:
+        raise ValueError(f"cpu_side_s must be positive, got {cpu_side_s}.")
+    if device_s is None:
+        return Diagnosis(NO_DEVICE_TIMELINE, (
+            f"The profiler recorded {format_seconds(cpu_side_s)} on the CPU and no device timeline: on this device "
+            "the CPU runs the arithmetic itself, so there are no launches for it to wait on. Use the step time "
+            "against the batch size instead."))
+    figures = (f"CPU side {format_seconds(cpu_side_s)} against {format_seconds(device_s)} of device time "
+               f"(the device was busy {device_s / cpu_side_s:.0%} of it)")
+    if cpu_side_s >= launch_ratio * device_s:
+        return Diagnosis(LAUNCH_BOUND, f"{figures}: launch-bound. The device waits for Python and kernel launches; "
+                                       "cut launches first (larger batches, CUDA graphs, fused optimizers, fewer "
+                                       "host syncs).")
+    if device_s >= busy_fraction * cpu_side_s:
+        return Diagnosis(DEVICE_BOUND, f"{figures}: device-bound. The kernels themselves take the time; make them "
+                                       "cheaper (mixed precision, channels_last, TF32) rather than fewer.")
+    return Diagnosis(PARTLY_LAUNCH_BOUND, f"{figures}: partly launch-bound. Both fewer launches and cheaper kernels "
+                                          "can help; measure each.")
+
+
+FLAT, PROPORTIONAL, IN_BETWEEN = "flat: overhead-bound", "proportional: compute-bound", "in between"
+
+
+def batch_scaling(timings: dict[int, Timing], flat_below: float = 0.3, proportional_above: float = 0.7) -> Diagnosis:
+    """Step time against batch size: flat means a fixed cost per step dominates, proportional means arithmetic does.
+
+    ``timings`` maps batch sizes to step times. The exponent ``s`` in time ~ batch**s between the smallest and the
+    largest batch decides: below ``flat_below`` flat, above ``proportional_above`` proportional, else in between.
+    Where the largest batch's repeats overlap the smallest batch's, the step time did not measurably grow: flat.
+    """
+    if len(timings) < 2:
+        raise ValueError(f"need step times at two batch sizes or more, got {len(timings)}.")
+    small, large = min(timings), max(timings)
+    t_small, t_large = timings[small], timings[large]
+    exponent = math.log(t_large.median / t_small.median) / math.log(large / small)
+    growth = (f"{large // small}x the batch ({small} -> {large}) took {t_large.median / t_small.median:.1f}x the "
+              f"step time ({format_seconds(t_small.median)} -> {format_seconds(t_large.median)})")
+    if exponent < flat_below or t_large.fastest <= t_small.slowest:
+        return Diagnosis(FLAT, f"{growth}: the step time is flat, so a fixed cost per step (Python, kernel "
+                               "launches, the optimizer's loop) dominates and larger batches are nearly free.")
+    if exponent > proportional_above:
+        return Diagnosis(PROPORTIONAL, f"{growth}: the step time grows in proportion, so the arithmetic dominates; "
+                                       "a larger batch will not raise the throughput much, cheaper arithmetic may.")
+    return Diagnosis(IN_BETWEEN, f"{growth}: between flat and proportional, so a fixed cost per step still "
+                                 "matters; larger batches help, with diminishing returns.")
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    name: str
+    calls: int
+    self_cpu_s: float
+    self_device_s: float
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    """The profiler's operators, with totals that do not count a time twice."""
+
+    rows: list[ProfileRow]
+    """Operators (no user ranges), sorted by self device time where there is a device timeline, else self CPU."""
+    cpu_side_s: float
+    """All self CPU time recorded, ranges included: what the CPU thread spent on the profiled steps."""
+    device_s: float | None
+    """Busy time of the device's kernels and copies; None where no device timeline was recorded."""
+
+    def table(self, limit: int = 12) -> str:
+        """The top ``limit`` rows; the percentages are shares of the totals printed beneath (never above 100%)."""
+        on_device = self.device_s is not None
+        head = f"{'operator':44s} {'calls':>6s} {'self CPU':>10s} {'% CPU':>6s}"
+        head += f" {'self device':>12s} {'% device':>9s}" if on_device else ""
+        lines = [head, "-" * len(head)]
+        for row in self.rows[:limit]:
+            name = row.name if len(row.name) <= 44 else row.name[:41] + "..."
+            line = (f"{name:44s} {row.calls:>6d} {format_seconds(row.self_cpu_s):>10s} "
+                    f"{_share(row.self_cpu_s, self.cpu_side_s):>6s}")
+            if on_device:
+                line += f" {format_seconds(row.self_device_s):>12s} {_share(row.self_device_s, self.device_s):>9s}"
+            lines.append(line)
+        lines.append("-" * len(head))
+        lines.append(f"CPU-side time: {format_seconds(self.cpu_side_s)}" + (
+            f"   device time: {format_seconds(self.device_s)}" if on_device else "   (no device timeline)"))
+        return "\n".join(lines)
+
+
+def _share(part: float, whole: float | None) -> str:
+    return f"{part / whole:.1%}" if whole else "-"
+
+
+def profile_summary(events: Iterable[Any], device_timeline: bool) -> ProfileSummary:
+    """Summarise ``prof.key_averages()``: operators by self time, the CPU-side total and the device total.
+
+    CPU events (``device_type`` CPU) make up the CPU side, ``record_function`` ranges included (their self time is the
+    Python between operators). Device events (kernels, copies) make up the device time, except user ranges mirrored
+    on the device timeline, which span whole steps and would count the kernels inside them again. Rows are the CPU
+    operators; their self device time is that of the kernels they launched. Times in the events are microseconds.
+    """
+    cpu_side = device = 0.0
+    rows = []
+    for event in events:
+        on_cpu = getattr(event, "device_type", torch.autograd.DeviceType.CPU) == torch.autograd.DeviceType.CPU
+        user_range = bool(getattr(event, "is_user_annotation", False)) or event.key.startswith("ProfilerStep")
+        self_cpu = event.self_cpu_time_total / 1e6
+        self_device = getattr(event, "self_device_time_total", 0) / 1e6
+        if on_cpu:
+            cpu_side += self_cpu
+            if not user_range:
+                rows.append(ProfileRow(event.key, event.count, self_cpu, self_device))
+        elif not user_range:
+            device += self_device
+    key = (lambda r: r.self_device_s) if device_timeline else (lambda r: r.self_cpu_s)
+    rows.sort(key=key, reverse=True)
+    return ProfileSummary(rows, cpu_side, device if device_timeline else None)
+

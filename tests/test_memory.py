@@ -219,3 +219,49 @@ def test_another_accelerator_on_a_torch_without_the_generic_memory_api_has_no_st
     assert "not available on xpu" in memory.memory_report("xpu")
     memory.reset_peak("xpu")  # nothing to reset: a no-op, not an error
     memory.release_cached_memory("xpu")
+
+
+class FakeAllocator:
+    """Stands in for memory_stats/reset_peak: a step that allocates ``temp`` bytes at its peak and frees them."""
+
+    def __init__(self, allocated: int, earlier_peak: int) -> None:
+        self.allocated, self.peak = allocated, earlier_peak
+        self.resets = 0
+
+    def stats(self, device):
+        return memory.MemoryStats(self.allocated, self.allocated, self.peak, self.peak)
+
+    def reset(self, device):
+        self.resets += 1
+        self.peak = self.allocated
+
+    def step(self, temp: int, kept: int = 0):
+        self.peak = max(self.peak, self.allocated + temp)
+        self.allocated += kept
+
+
+def test_peak_during_counts_only_what_the_step_needs(monkeypatch):
+    # 500 MiB left over from earlier work, and an earlier peak of 2 GiB that must not be reported.
+    fake = FakeAllocator(allocated=500 * 2**20, earlier_peak=2 * 2**30)
+    monkeypatch.setattr(memory, "memory_stats", fake.stats)
+    monkeypatch.setattr(memory, "reset_peak", fake.reset)
+    result = memory.peak_during(lambda: fake.step(temp=64 * 2**20), "cuda")
+    assert fake.resets == 1
+    assert result.before == 500 * 2**20
+    assert result.extra == 64 * 2**20
+    assert result.peak == 564 * 2**20
+    assert "64.0 MiB on top of 500.0 MiB" in str(result)
+
+
+def test_peak_during_without_a_reset_would_be_caught(monkeypatch):
+    # The same step with reset_peak doing nothing reports the earlier 2 GiB peak: the reset is what makes it right.
+    fake = FakeAllocator(allocated=0, earlier_peak=2 * 2**30)
+    monkeypatch.setattr(memory, "memory_stats", fake.stats)
+    monkeypatch.setattr(memory, "reset_peak", lambda device: None)
+    assert memory.peak_during(lambda: fake.step(temp=2**20), "cuda").extra == 2 * 2**30
+
+
+def test_peak_during_on_the_cpu_is_none():
+    calls = []
+    assert memory.peak_during(lambda: calls.append(1), "cpu") is None
+    assert calls == []  # nothing to measure, so the step is not run

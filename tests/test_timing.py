@@ -127,3 +127,11 @@ def test_benchmark_synchronises_a_non_cpu_device_itself(monkeypatch):
     calls.clear()
     timing.benchmark(lambda: None, "cpu", min_run_time=0.01)
     assert calls == []
+
+
+def test_benchmark_times_cuda_without_its_own_synchronise(monkeypatch):
+    # As the docstring says: the Timer synchronises CUDA around its blocks, so no sync is added to each call.
+    calls = []
+    monkeypatch.setattr(timing, "synchronize", lambda device: calls.append(torch.device(device)))
+    timing.benchmark(lambda: None, "cuda", min_run_time=0.01)
+    assert calls == []

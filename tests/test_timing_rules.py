@@ -1,0 +1,178 @@
+"""helpers.timing's reading rules, fed synthetic measurements: noise, launch-bound and compute-bound steps."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from torch.autograd import DeviceType
+
+from helpers import timing
+from tests.test_timing import FakeDevice
+
+
+def t(*seconds: float) -> timing.Timing:
+    import statistics
+
+    return timing.Timing(statistics.median(seconds), list(seconds))
+
+
+# compare: keep only beyond the spread of both measurements
+
+
+def test_faster_beyond_both_spreads_is_kept():
+    c = timing.compare(t(10.0, 10.5, 11.0), t(8.0, 8.2, 8.4))
+    assert c.verdict == timing.KEPT and c.kept
+    assert c.speedup == pytest.approx(10.5 / 8.2)
+
+
+def test_slower_beyond_both_spreads_is_not_kept():
+    c = timing.compare(t(10.0, 10.5, 11.0), t(12.0, 12.5, 13.0))
+    assert c.verdict == timing.SLOWER and not c.kept
+
+
+@pytest.mark.parametrize("after", [(9.0, 9.5, 10.2), (10.8, 11.5, 12.0), (10.4, 10.5, 10.6)])
+def test_overlapping_ranges_are_no_clear_difference(after):
+    # The median of the first is 9.5 (10% faster), yet one of its repeats was slower than the fastest before.
+    c = timing.compare(t(10.0, 10.5, 11.0), t(*after))
+    assert c.verdict == timing.NO_CLEAR_DIFFERENCE and not c.kept
+
+
+def test_a_large_median_gain_inside_a_large_spread_is_not_kept():
+    # 1.5x by the medians, but the slower step's range (3 to 12) covers the faster one's: noise could explain it.
+    c = timing.compare(t(3.0, 9.0, 12.0), t(5.0, 6.0, 7.0))
+    assert c.speedup == pytest.approx(1.5)
+    assert c.verdict == timing.NO_CLEAR_DIFFERENCE
+    assert "no clear difference" in str(c)
+
+
+def test_per_unit_times_compare_different_batch_sizes():
+    # 64 images in 10 ms against 512 images in 40 ms: per image the second is 2x faster.
+    c = timing.compare(t(0.009, 0.010, 0.011).per(64), t(0.039, 0.040, 0.041).per(512))
+    assert c.kept and c.speedup == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="units"):
+        t(1.0).per(0)
+
+
+# launch_diagnosis: CPU-side time against device time
+
+
+def test_launch_bound_when_the_cpu_side_dominates():
+    d = timing.launch_diagnosis(cpu_side_s=12.6e-3, device_s=1.2e-3)  # three steps of a small CNN on a fast GPU
+    assert d.kind == timing.LAUNCH_BOUND
+    assert "launch-bound" in d.sentence and "10%" in d.sentence
+
+
+def test_device_bound_when_the_device_is_busy():
+    d = timing.launch_diagnosis(cpu_side_s=10e-3, device_s=9.5e-3)
+    assert d.kind == timing.DEVICE_BOUND
+
+
+def test_partly_launch_bound_in_between():
+    assert timing.launch_diagnosis(cpu_side_s=10e-3, device_s=6e-3).kind == timing.PARTLY_LAUNCH_BOUND
+
+
+def test_no_device_timeline_on_a_cpu():
+    d = timing.launch_diagnosis(cpu_side_s=0.08, device_s=None)
+    assert d.kind == timing.NO_DEVICE_TIMELINE
+    assert "batch size" in d.sentence
+    with pytest.raises(ValueError, match="cpu_side_s"):
+        timing.launch_diagnosis(0.0, 1.0)
+
+
+# batch_scaling: step time against batch size
+
+
+def test_flat_step_time_is_overhead_bound():
+    # 2.5 ms at every batch size from 32 to 2048
+    d = timing.batch_scaling({32: t(2.4e-3, 2.5e-3, 2.6e-3), 2048: t(2.5e-3, 2.6e-3, 2.7e-3)})
+    assert d.kind == timing.FLAT
+
+
+def test_proportional_step_time_is_compute_bound():
+    d = timing.batch_scaling({64: t(4e-3, 4.1e-3, 4.2e-3), 256: t(15e-3, 16e-3, 17e-3), 1024: t(62e-3, 64e-3, 66e-3)})
+    assert d.kind == timing.PROPORTIONAL
+    assert "16x the batch" in d.sentence
+
+
+def test_in_between():
+    d = timing.batch_scaling({64: t(9e-3, 10e-3, 11e-3), 1024: t(38e-3, 40e-3, 42e-3)})  # exponent 0.5
+    assert d.kind == timing.IN_BETWEEN
+
+
+def test_growth_inside_the_noise_is_flat():
+    # the medians grew 1.8x (exponent 0.42), but the repeats overlap: no measurable growth
+    d = timing.batch_scaling({64: t(1e-3, 5e-3, 10e-3), 256: t(8e-3, 9e-3, 12e-3)})
+    assert d.kind == timing.FLAT
+
+
+def test_batch_scaling_needs_two_sizes():
+    with pytest.raises(ValueError, match="two batch sizes"):
+        timing.batch_scaling({64: t(1.0)})
+
+
+# time_on_device with a minimum repeat time
+
+
+def test_min_repeat_time_makes_long_repeats_and_reports_per_call_times():
+    fake = FakeDevice([0.0] + [0.01] * 100)  # warm-up, then every call takes 10 ms
+    result = timing.time_on_device(fake.work, repeats=3, warmup=1, sync=fake.sync, clock=fake.clock,
+                                   min_repeat_time=0.05)
+    assert result.calls == 5  # 5 calls of 10 ms reach 50 ms
+    assert result.times == pytest.approx([0.01] * 3)
+    assert fake.events.count("fn") == 1 + 1 + 3 * 5  # warm-up, the call that chose the count, three repeats
+    assert "5 calls each" in str(result)
+
+
+def test_max_calls_caps_the_count():
+    fake = FakeDevice([0.0] * 50)  # a call the clock cannot see
+    result = timing.time_on_device(fake.work, repeats=2, warmup=0, sync=fake.sync, clock=fake.clock,
+                                   min_repeat_time=1.0, max_calls=7)
+    assert result.calls == 7
+
+
+# profile_summary: totals that never double-count
+
+
+def ev(key, self_cpu_us, self_device_us=0.0, device_type=DeviceType.CPU, annotation=False, count=1):
+    return SimpleNamespace(key=key, count=count, self_cpu_time_total=self_cpu_us, self_device_time_total=self_device_us,
+                           device_type=device_type, is_user_annotation=annotation)
+
+
+def test_profile_summary_on_a_gpu():
+    events = [
+        ev("train step", 500.0, annotation=True),  # Python between operators: CPU side
+        ev("train step", 0.0, 3000.0, DeviceType.CUDA, annotation=True),  # the range on the GPU timeline: not a kernel
+        ev("aten::convolution", 300.0, 200.0),
+        ev("aten::addmm", 100.0, 600.0),
+        ev("cudaLaunchKernel", 400.0),
+        ev("void sgemm_kernel", 0.0, 600.0, DeviceType.CUDA),
+        ev("void conv_kernel", 0.0, 200.0, DeviceType.CUDA),
+    ]
+    s = timing.profile_summary(events, device_timeline=True)
+    assert s.cpu_side_s == pytest.approx(1300e-6)
+    assert s.device_s == pytest.approx(800e-6)  # the 3 ms range is not counted
+    assert [r.name for r in s.rows] == ["aten::addmm", "aten::convolution", "cudaLaunchKernel"]
+    table = s.table()
+    assert "75.0%" in table  # addmm's share of the device time
+    assert "% device" in table
+    assert timing.launch_diagnosis(s.cpu_side_s, s.device_s).kind == timing.PARTLY_LAUNCH_BOUND
+
+
+def test_profile_summary_on_a_cpu_sorts_by_cpu_time_and_has_no_device_column():
+    events = [ev("ProfilerStep#2", 50.0), ev("aten::mm", 100.0), ev("aten::mkldnn_convolution", 700.0)]
+    s = timing.profile_summary(events, device_timeline=False)
+    assert s.device_s is None
+    assert [r.name for r in s.rows] == ["aten::mkldnn_convolution", "aten::mm"]
+    assert s.cpu_side_s == pytest.approx(850e-6)
+    table = s.table()
+    assert "device" not in table.splitlines()[0]
+    assert "no device timeline" in table
+    assert "82.4%" in table
+
+
+def test_every_share_is_at_most_the_whole():
+    events = [ev(f"op{i}", 10.0 * i, 5.0 * i) for i in range(1, 6)] + [ev("k", 0.0, 75.0, DeviceType.CUDA)]
+    s = timing.profile_summary(events, device_timeline=True)
+    assert sum(r.self_cpu_s for r in s.rows) <= s.cpu_side_s + 1e-12
+    assert all(r.self_device_s <= s.device_s for r in s.rows)

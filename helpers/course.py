@@ -1,7 +1,12 @@
 """The course runner: execute the lesson notebooks with papermill and summarise them.
 
-python -m helpers.course run [--quick] [--device D] [--dataset NAME] [--only PATTERN] [--write-back]
+python -m helpers.course run [--quick] [--device D] [--dataset NAME] [--only PATTERN] [--write-back] [--timeout S]
 python -m helpers.course list
+
+Every argument is checked before a notebook starts (a bad one: one message, exit status 2). Ctrl-C or SIGTERM, and a
+notebook that runs past --timeout, end the notebook's kernel together with every process it started (torchrun and
+its workers included); the table is still printed. Exit status: 0 all passed, 1 a notebook failed or timed out,
+2 bad arguments, 130 stopped by Ctrl-C (SIGINT), 143 stopped by SIGTERM.
 """
 
 from __future__ import annotations
@@ -9,26 +14,44 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fnmatch
+import json
 import os
 import re
+import signal
+import subprocess
 import sys
 import sysconfig
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 import nbformat
 
+from helpers import devices
 from helpers.data import ENV_DATASET, canonical_name
 from helpers.devices import ENV_DEVICE
-from helpers.lesson import ENV_QUICK, RECORD_MIME
+from helpers.lesson import ENV_QUICK, RECORD_MIME, ParameterError, env_flag
+
+if TYPE_CHECKING:
+    import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 
 CHECK_ENV = {ENV_QUICK: "1", ENV_DATASET: "FashionMNIST"}
 """The settings committed outputs are produced with, and that nbval and CI check them with."""
+
+LOCK_NAME = ".course-run.lock"
+"""A run holds this file in its output folder locked, so a second run cannot mix its evidence with the first's."""
+STOP_GRACE = 5.0
+"""Seconds the processes of a stopped notebook get to exit after SIGTERM before SIGKILL."""
+
+
+class UsageError(Exception):
+    """The runner was given something it cannot use; the message says what and how to fix it (exit status 2)."""
 
 
 @dataclass
@@ -45,10 +68,15 @@ class Result:
 
 
 def find_notebooks(folder: Path = NOTEBOOKS, only: str | None = None) -> list[Path]:
-    """Lesson notebooks (``NN_name.ipynb``) in order; ``only`` keeps names matching any comma-separated pattern."""
+    """Lesson notebooks (``NN_name.ipynb``) in order; ``only`` keeps names matching any comma-separated pattern.
+
+    A pattern is a name's start or a glob (``05``, ``05_mnist``, ``0[1-4]``); a single digit is a lesson number, so
+    ``5`` means ``05``.
+    """
     paths = sorted(folder.glob("[0-9][0-9]_*.ipynb"))
     if only:
         patterns = [p.strip() for p in only.split(",") if p.strip()]
+        patterns = [f"0{p}" if len(p) == 1 and p.isdigit() else p for p in patterns]
         paths = [
             p
             for p in paths
@@ -127,17 +155,89 @@ def _stderr_to(path: Path) -> Iterator[None]:
             os.close(saved)
 
 
-def run_notebook(path: Path, output_dir: Path, timeout: int | None = None) -> Result:
-    """Execute one notebook in a fresh kernel; the executed copy goes to ``output_dir``, the kernel's log beside it."""
+def _gone(process: psutil.Process) -> bool:
+    """Whether a process has exited (a zombie waiting for its parent to collect it counts as exited)."""
+    import psutil
+
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def _wait_gone(processes: list[psutil.Process], seconds: float) -> list[psutil.Process]:
+    """Wait up to ``seconds`` for the processes to exit; the ones still running."""
+    deadline = time.monotonic() + seconds
+    alive = [p for p in processes if not _gone(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if not _gone(p)]
+    return alive
+
+
+def stop_child_processes(grace: float = STOP_GRACE) -> int:
+    """End every process this runner started and everything they started in turn; how many there were.
+
+    The kernel runs in a session of its own, and torchrun's workers in sessions of theirs, so neither a terminal's
+    Ctrl-C nor a signal to one process group reaches them all: the whole tree is listed while it is still whole,
+    then each process gets SIGTERM (torchrun stops its workers on it) and, after ``grace`` seconds, SIGKILL.
+    """
+    import psutil
+
+    me = psutil.Process()
+    tree = me.children(recursive=True)
+    for process in tree:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    alive = _wait_gone(tree, grace)
+    late = [p for p in me.children(recursive=True) if p not in tree]  # started while the others were stopping
+    for process in alive + late:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    _wait_gone(alive + late, grace)
+    return len(tree) + len(late)
+
+
+def _not_a_notebook(path: Path) -> str | None:
+    """Why ``path`` cannot be executed as a notebook (not JSON, cut short, unreadable); None when it can."""
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"the file cannot be read ({exc})"
+    except json.JSONDecodeError as exc:
+        return (
+            "the file is not a valid notebook: its JSON breaks off or is damaged at "
+            f"line {exc.lineno}, column {exc.colno} ({exc.msg}). Restore it (git checkout -- {path.name} in a "
+            "clone, or download it again)."
+        )
+    return None
+
+
+def run_notebook(
+    path: Path,
+    output_dir: Path,
+    timeout: float | None = None,
+    stop_requested: Callable[[], int | None] = lambda: None,
+) -> Result:
+    """Execute one notebook in a fresh kernel; the executed copy goes to ``output_dir``, the kernel's log beside it.
+
+    ``timeout`` bounds the whole notebook in seconds; ``stop_requested`` returns a signal number when the run must
+    stop. Either way the kernel and every process it started are ended, and the result says why.
+    """
     import papermill
 
     result = Result(path.name)
     output = output_dir / path.name
     output.unlink(missing_ok=True)
+    broken = _not_a_notebook(path)
+    if broken:
+        result.status, result.error = "FAILED", broken
+        return result
     start = time.perf_counter()
-    papermill_error = None
-    try:
-        with _stderr_to(output.with_suffix(".log")):
+    papermill_error: list[str] = []
+
+    def execute() -> None:
+        try:
             papermill.execute_notebook(
                 str(path),
                 str(output),
@@ -145,13 +245,35 @@ def run_notebook(path: Path, output_dir: Path, timeout: int | None = None) -> Re
                 kernel_name="python3",
                 progress_bar=False,
                 log_output=False,
-                execution_timeout=timeout,
             )
-    except Exception as exc:  # papermill raises on the first cell that fails; the executed copy says which
-        papermill_error = f"{type(exc).__name__}: {getattr(exc, 'evalue', exc)}"
+        except Exception as exc:  # papermill raises on the first cell that fails; the executed copy says which
+            papermill_error.append(f"{type(exc).__name__}: {getattr(exc, 'evalue', exc)}")
+
+    stopped_by = None
+    with _stderr_to(output.with_suffix(".log")):
+        # papermill runs in a thread so that this one stays free to notice a signal or the time limit.
+        worker = threading.Thread(target=execute, name=f"papermill {path.name}", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.1)
+            signum = stop_requested()
+            if signum:
+                stopped_by = f"stopped by {signal.Signals(signum).name}"
+            elif timeout and time.perf_counter() - start > timeout:
+                stopped_by = f"timed out after {timeout:g} s"
+            if stopped_by and worker.is_alive():
+                ended = stop_child_processes()
+                worker.join(30)  # papermill notices the dead kernel within a second or two
+                stopped_by += f"; its kernel and the processes it started were ended ({ended} in all)"
+                break
     result.seconds = time.perf_counter() - start
+    if stopped_by:
+        result.status = "interrupted" if stopped_by.startswith("stopped") else stopped_by.split(";")[0]
+        result.error = stopped_by
+        return result
+    error = papermill_error[0] if papermill_error else None
     if not output.exists():
-        result.status, result.error = "FAILED", papermill_error or "no executed notebook was written"
+        result.status, result.error = "FAILED", error or "no executed notebook was written"
         return result
     nb = nbformat.read(output, as_version=4)
     unexpected = first_error(nb)
@@ -160,7 +282,7 @@ def run_notebook(path: Path, output_dir: Path, timeout: int | None = None) -> Re
         result.status, result.error = "FAILED", unexpected
     elif unexecuted:
         result.status = "FAILED"
-        result.error = f"cell {unexecuted[0]} never ran" + (f" ({papermill_error})" if papermill_error else "")
+        result.error = f"cell {unexecuted[0]} never ran" + (f" ({error})" if error else "")
     else:
         result.status = "passed"
     result.records = records(nb)
@@ -196,19 +318,175 @@ def _fall_back_to_offline_data() -> None:
         )
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.write_back and args.dataset and canonical_name(args.dataset) != CHECK_ENV[ENV_DATASET]:
-        print(
-            f"--write-back always runs with the settings the tests check ({_check_settings()}), so --dataset "
-            f"{args.dataset} cannot be written back. Drop --dataset, or leave out --write-back to try {args.dataset}.",
-            file=sys.stderr,
-        )
-        return 2
+def _device_problem(device: str) -> str | None:
+    """Why ``device`` cannot be used here, or None. A child process checks, so this one never holds a GPU context."""
+    try:
+        kind = devices._parse(device).type
+    except ValueError as exc:
+        return str(exc)
+    if kind == "cpu":
+        return None
+    check = (
+        "import sys\n"
+        "from helpers import devices\n"
+        "try:\n"
+        "    devices.validate(sys.argv[1])\n"
+        "except (devices.DeviceUnavailableError, ValueError) as exc:\n"
+        "    print(exc)\n"
+        "    sys.exit(3)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", check, device], capture_output=True, text=True, cwd=ROOT, check=False)
+    if done.returncode == 0:
+        return None
+    return done.stdout.strip() or done.stderr.strip().splitlines()[-1]
+
+
+def check_arguments(args: argparse.Namespace) -> list[Path]:
+    """The notebooks to run, once every argument and COURSE_* variable is known to be usable; else UsageError."""
     folder = Path(args.notebooks)
+    if not folder.is_dir():
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+        raise UsageError(
+            f"The notebooks folder {folder} {what}. Run from the course's clone, or pass --notebooks with the folder "
+            "that holds the lessons (00_check_your_setup.ipynb and the rest)."
+        )
+    every = find_notebooks(folder)
+    if not every:
+        raise UsageError(f"{folder} holds no lesson notebooks (files named NN_name.ipynb); check --notebooks.")
     paths = find_notebooks(folder, args.only)
     if not paths:
-        print(f"No notebook in {folder} matches {args.only!r}.", file=sys.stderr)
-        return 1
+        names = ", ".join(p.name.split("_")[0] for p in every)
+        raise UsageError(
+            f"--only {args.only!r} matches no notebook in {folder}. Give a lesson number or the start of a name "
+            f"({names}), several separated by commas, or a pattern such as '0[1-4]'."
+        )
+    if args.dataset:
+        try:
+            canonical_name(args.dataset)
+        except ValueError as exc:
+            raise UsageError(f"--dataset {args.dataset}: {exc}") from None
+        if args.write_back and canonical_name(args.dataset) != CHECK_ENV[ENV_DATASET]:
+            raise UsageError(
+                f"--write-back always runs with the settings the tests check ({_check_settings()}), so --dataset "
+                f"{args.dataset} cannot be written back. Drop --dataset, or leave out --write-back to try "
+                f"{args.dataset}."
+            )
+    elif os.environ.get(ENV_DATASET, "").strip() and not args.write_back:
+        try:
+            canonical_name(os.environ[ENV_DATASET].strip())
+        except ValueError as exc:
+            raise UsageError(
+                f"{ENV_DATASET}={os.environ[ENV_DATASET]!r} is set in the environment: {exc} "
+                f"Set it to one of those, unset it, or pass --dataset."
+            ) from None
+    if not (args.quick or args.write_back):
+        try:
+            env_flag(ENV_QUICK)
+        except ParameterError as exc:
+            raise UsageError(f"{exc} (Or pass --quick.)") from None
+    if args.device:
+        problem = _device_problem(args.device)
+        if problem:
+            raise UsageError(f"--device {args.device} cannot be used here:\n{problem}")
+    elif os.environ.get(ENV_DEVICE, "").strip().lower() not in ("", "auto"):
+        value = os.environ[ENV_DEVICE]
+        problem = _device_problem(value.strip())
+        if problem:
+            raise UsageError(
+                f'{ENV_DEVICE}={value!r} is set in the environment, so every notebook\'s "auto" would mean it, and '
+                f"that device cannot be used here:\n{problem}\nUnset {ENV_DEVICE} (or set it to auto or cpu), or pass "
+                "--device."
+            )
+    return paths
+
+
+@contextlib.contextmanager
+def output_lock(folder: Path) -> Iterator[None]:
+    """Hold ``folder``'s lock for this run; UsageError when another run holds it. The lock ends with the process."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / LOCK_NAME, "a+", encoding="utf-8")  # noqa: SIM115 (held for the whole run)
+    except OSError as exc:
+        raise UsageError(
+            f"--output {folder}: cannot write there ({exc.strerror or exc}). Pass --output with a folder you can "
+            "write to (default build/executed)."
+        ) from None
+    with handle:
+        if not _try_lock(handle):
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise UsageError(
+                f"Another course run (process {holder}) is writing to {folder}. Wait for it to finish, or give this "
+                "run a folder of its own with --output."
+            )
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield
+
+
+def _try_lock(handle: IO[str]) -> bool:
+    """Take an exclusive lock on an open file without waiting; False if another process holds it."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        import msvcrt
+
+        try:
+            msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+class _Signals:
+    """While active, SIGINT (Ctrl-C) and SIGTERM are noted instead of ending the runner, so it can clean up."""
+
+    NAMES = ("SIGINT", "SIGTERM")
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            for name in self.NAMES:
+                number = getattr(signal, name)
+                self._previous[number] = signal.signal(number, self._note)
+        return self
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.received = self.received or signum
+
+    def __exit__(self, *exc: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the arguments, run the notebooks one by one, print the table; the exit status (see the module doc)."""
+    with _Signals() as signals:
+        try:
+            paths = check_arguments(args)
+            if not signals.received:
+                output_dir = Path(args.output)
+                with output_lock(output_dir):
+                    return _run(args, paths, output_dir, signals)
+        except UsageError as exc:
+            if not signals.received:
+                print(exc, file=sys.stderr)
+                return 2
+        print(f"Stopped by {signal.Signals(signals.received).name} before any notebook started.", file=sys.stderr)
+        return 128 + signals.received
+
+
+def _run(args: argparse.Namespace, paths: list[Path], output_dir: Path, signals: _Signals) -> int:
     if args.quick:
         os.environ[ENV_QUICK] = "1"
     if args.device:
@@ -219,34 +497,59 @@ def run(args: argparse.Namespace) -> int:
         os.environ.update(CHECK_ENV)  # committed outputs must be reproducible by nbval on a CI machine
     if ENV_DATASET not in os.environ:
         _fall_back_to_offline_data()
-    output_dir = Path(args.output)
-    output_dir.mkdir(parents=True, exist_ok=True)
 
     from tqdm.auto import tqdm
 
     results = []
     bar = tqdm(paths, desc="notebooks", unit="nb", file=sys.stderr, disable=args.no_progress)
     for path in bar:
+        if signals.received:
+            break
         bar.set_postfix_str(path.name)
-        result = run_notebook(path, output_dir, args.timeout)
+        result = run_notebook(path, output_dir, args.timeout, lambda: signals.received)
         results.append(result)
+        if result.status == "interrupted":
+            break
         if result.status != "passed":
             tqdm.write(f"FAILED {path.name}: {result.error.splitlines()[0]}", file=sys.stderr)
         elif args.write_back:
             executed = clean_for_commit(nbformat.read(output_dir / path.name, as_version=4))
             nbformat.write(executed, path)
     bar.close()
+    results += [Result(p.name) for p in paths[len(results) :]]  # status "not run"
     sys.stderr.flush()
     print(format_table(results), flush=True)
-    failed = [r for r in results if r.status != "passed"]
+    failed = [r for r in results if r.status not in ("passed", "not run")]
     for r in failed:
-        log = (output_dir / r.name).with_suffix(".log")
-        print(f"\n{r.name} failed: {r.error}\nExecuted copy: {output_dir / r.name}; kernel log: {log}", file=sys.stderr)
+        print(f"\n{r.name} {'was' if r.status == 'interrupted' else 'failed:'} {r.error}", file=sys.stderr)
+        executed = output_dir / r.name
+        if executed.exists():
+            log = executed.with_suffix(".log")
+            print(f"Executed copy: {executed}; kernel log: {log}", file=sys.stderr)
+    if signals.received:
+        name = signal.Signals(signals.received).name
+        left = [r.name for r in results if r.status == "not run"]
+        print(
+            f"\nThe run was stopped by {name}" + (f"; not run: {', '.join(left)}" if left else "") + ".",
+            file=sys.stderr,
+        )
+        return 128 + signals.received
     return 1 if failed else 0
 
 
 def _check_settings() -> str:
     return ", ".join(f"{k}={v}" for k, v in CHECK_ENV.items())
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a number of seconds greater than 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not allowed: give a number of seconds greater than 0, e.g. 900")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,7 +571,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"copy each passing executed notebook back into notebooks/ (uses the settings the tests check: "
         f"{_check_settings()})",
     )
-    p_run.add_argument("--timeout", type=int, default=None, help="seconds a single cell may run")
+    p_run.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="seconds one notebook may run; past it, the notebook is stopped and marked 'timed out' (default: none)",
+    )
     p_run.add_argument("--notebooks", default=str(NOTEBOOKS), help="folder holding the lesson notebooks")
     p_run.add_argument("--no-progress", action="store_true", help="no progress bar")
     sub.add_parser("bench", help="the data-pipeline benchmark (python -m helpers.bench --help)", add_help=False)
@@ -281,7 +590,14 @@ def main(argv: list[str] | None = None) -> int:
         return bench.main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "list":
-        for path in find_notebooks(Path(args.notebooks)):
+        folder = Path(args.notebooks)
+        if not folder.is_dir():
+            print(
+                f"The notebooks folder {folder} does not exist; pass --notebooks with the lessons' folder.",
+                file=sys.stderr,
+            )
+            return 2
+        for path in find_notebooks(folder):
             print(path.name)
         return 0
     return run(args)

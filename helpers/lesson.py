@@ -4,7 +4,8 @@ The environment variables below let the course runner, the tests and CI steer a 
 a learner who sets none of them gets the defaults written in the notebook's parameters cell.
 
 - ``COURSE_DEVICE``: the device ``"auto"`` resolves to (see ``helpers.devices.pick_device``).
-- ``COURSE_QUICK=1``: small sizes, so a notebook runs in seconds.
+- ``COURSE_QUICK=1``: small sizes, so a notebook runs in seconds (1/0, true/false, yes/no, on/off; anything else is
+  refused with a message naming the variable).
 - ``COURSE_DATASET``: the dataset to use instead of the notebook's default (e.g. ``FashionMNIST`` offline).
 """
 
@@ -12,14 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import linecache
+import math
+import numbers
 import os
 import random
 import re
 import sys
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
+from typing import Any
 
 import torch
 
@@ -31,19 +35,114 @@ RECORD_MIME = "application/vnd.pytorch-gpu-course.record+json"
 """Notebook outputs of this type carry figures for the course runner's table."""
 
 
+class ParameterError(ValueError):
+    """A lesson parameter or a COURSE_* variable has a value the lesson cannot use; the message names the fix.
+
+    Jupyter shows it as its one-line message, without a traceback (``_render_traceback_``); Run all stops there.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"ParameterError: {self}"]
+
+
 @dataclass(frozen=True)
 class Settings:
-    """What a lesson runs with, after the environment has had its say."""
+    """What a lesson runs with, after the environment has had its say.
+
+    ``params`` holds the validated keyword parameters given to ``start`` (e.g. ``params["epochs"]``), booleans as
+    True or False whichever spelling the notebook used.
+    """
 
     device: torch.device
     quick: bool
     dataset: str | None
     seed: int
+    params: dict[str, Any] = field(default_factory=dict, hash=False)
+
+
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+FIX = "Change it in the parameters cell, then run the notebook again from the top."
+YES_NO = "True or False (or one of the strings 1/0, true/false, yes/no, on/off, in any case)"
+
+
+def parse_flag(value: object) -> bool | None:
+    """True or False for a yes/no value (a bool, 0 or 1, or a word such as "yes" or "off"); None if it is neither."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in TRUE_WORDS:
+            return True
+        if word in FALSE_WORDS:
+            return False
+    return None
 
 
 def env_flag(name: str) -> bool:
-    """True when the environment variable is set to 1, true, yes or on."""
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+    """Whether the environment variable is set to 1, true, yes or on (unset, empty, 0, false, no or off: False).
+
+    Any other value raises ParameterError naming the variable: a typo must not silently choose a mode.
+    """
+    raw = os.environ.get(name, "")
+    if not raw.strip():
+        return False
+    flag = parse_flag(raw)
+    if flag is None:
+        raise ParameterError(
+            f"{name}={raw!r} is set in the environment, but it is not a yes/no value. Set it to one of 1/0, "
+            f"true/false, yes/no, on/off (any case), or unset it."
+        )
+    return flag
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+def _positive_number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _positive_ints(value: object) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(_positive_int(v) for v in value)
+
+
+_KINDS = {
+    "positive int": (_positive_int, "a whole number of at least 1, such as {example}"),
+    "positive number": (_positive_number, "a number greater than 0, such as {example}"),
+    "positive ints": (_positive_ints, "a non-empty list of whole numbers of at least 1, such as {example}"),
+    "bool": (lambda v: parse_flag(v) is not None, YES_NO),
+}
+
+PARAMETERS: dict[str, tuple[str, object]] = {
+    "epochs": ("positive int", 2),
+    "batch_size": ("positive int", 128),
+    "small_batch": ("positive int", 64),
+    "large_batch": ("positive int", 512),
+    "lr": ("positive number", 0.01),
+    "timing_batches": ("positive ints", [512, 4096]),
+    "compile": ("bool", True),
+}
+"""The lesson parameters ``start`` validates: keyword name -> (kind, an example value for the message).
+
+The parameters cell spells each name in capitals (``epochs=EPOCHS``), and messages use that spelling."""
+
+
+def check_parameter(name: str, value: object) -> object:
+    """``value`` if it is allowed for the lesson parameter ``name`` (booleans as True/False), else ParameterError."""
+    if name not in PARAMETERS:
+        raise TypeError(f"lesson.start() got an unknown parameter {name!r}; it knows {', '.join(PARAMETERS)}.")
+    kind, example = PARAMETERS[name]
+    test, allowed = _KINDS[kind]
+    if not test(value):
+        shown = name.upper()
+        raise ParameterError(
+            f"{shown} = {value!r} is not allowed: {shown} must be {allowed.format(example=example)}. {FIX}"
+        )
+    return parse_flag(value) if kind == "bool" else value
 
 
 def _emit(text: str, record: dict) -> None:
@@ -72,24 +171,64 @@ def seed_everything(seed: int) -> None:
         pass
 
 
+def _dataset(dataset: str) -> tuple[str, str]:
+    """The dataset to use, and how the settings line names where it came from."""
+    try:
+        named = canonical_name(dataset)
+    except ValueError as exc:
+        raise ParameterError(f"DATASET = {dataset!r} is not allowed: {exc} {FIX}") from None
+    override = os.environ.get(ENV_DATASET, "").strip()
+    if not override:
+        return named, ""
+    try:
+        chosen = canonical_name(override)
+    except ValueError as exc:
+        raise ParameterError(
+            f"{ENV_DATASET}={override!r} is set in the environment: {exc} Set it to one of those, or unset it."
+        ) from None
+    if chosen == named:
+        return chosen, f" (from {ENV_DATASET})"
+    return chosen, f" (from {ENV_DATASET}, instead of the notebook's DATASET = {dataset!r})"
+
+
 def start(
-    device: str | torch.device = "auto", quick: bool = False, dataset: str | None = None, seed: int = 0
+    device: str | torch.device = "auto",
+    quick: bool | str = False,
+    dataset: str | None = None,
+    seed: int = 0,
+    **params: Any,
 ) -> Settings:
-    """Resolve a lesson's parameters against the environment, seed, and print one line saying what was chosen."""
-    chosen = devices.pick_device(device)
-    quick = quick or env_flag(ENV_QUICK)
+    """Resolve a lesson's parameters against the environment, validate them, seed, and print one line of settings.
+
+    ``quick`` accepts True/False and the strings 1/0, true/false, yes/no, on/off (any case); ``COURSE_QUICK`` can
+    turn it on. Numeric parameters are passed by keyword and checked against ``PARAMETERS``, e.g.
+    ``lesson.start(DEVICE, QUICK, DATASET, epochs=EPOCHS, lr=LR)``; the checked values are ``settings.params``.
+    A value the lesson cannot use raises ParameterError, which names the parameter, its value and what is allowed,
+    before any work starts.
+    """
+    flag = parse_flag(quick)
+    if flag is None:
+        raise ParameterError(f"QUICK = {quick!r} is not allowed: QUICK must be {YES_NO}. {FIX}")
+    checked = {name: check_parameter(name, value) for name, value in params.items()}
+    from_env = env_flag(ENV_QUICK)
+    try:
+        chosen = devices.pick_device(device)
+    except ValueError as exc:  # a misspelt device: COURSE_DEVICE's message already names the variable
+        if str(exc).startswith(devices.ENV_DEVICE):
+            raise ParameterError(str(exc)) from None
+        raise ParameterError(f"DEVICE = {str(device)!r} is not allowed: {exc} {FIX}") from None
+    quick = flag or from_env
     notes = [f"device {chosen}"]
     if device == "auto" and os.environ.get(devices.ENV_DEVICE, "auto").strip().lower() != "auto":
         notes[0] += f" (from {devices.ENV_DEVICE})"
-    notes.append("quick mode" + (f" (from {ENV_QUICK})" if env_flag(ENV_QUICK) else "") if quick else "full run")
+    notes.append("quick mode" + (f" (from {ENV_QUICK})" if from_env else "") if quick else "full run")
     if dataset is not None:
-        override = os.environ.get(ENV_DATASET, "").strip()
-        dataset = canonical_name(override or dataset)
-        notes.append(f"dataset {dataset}" + (f" (from {ENV_DATASET})" if override else ""))
+        dataset, source = _dataset(dataset)
+        notes.append(f"dataset {dataset}{source}")
     seed_everything(seed)
     notes.append(f"seed {seed}")
     _emit("Lesson settings: " + ", ".join(notes), {"device": str(chosen), "quick": quick, "dataset": dataset})
-    return Settings(device=chosen, quick=quick, dataset=dataset, seed=seed)
+    return Settings(device=chosen, quick=quick, dataset=dataset, seed=seed, params=checked)
 
 
 def headline(label: str, value: str) -> None:

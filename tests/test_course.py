@@ -114,19 +114,18 @@ def test_runner_reports_failures_and_runs_the_rest(tmp_path):
     assert (folder / "01_bad.ipynb").read_text() == before_bad
 
 
-@pytest.mark.notebooks
-def test_unavailable_device_fails_with_the_fix_not_a_traceback(tmp_path):
-    out = _run_cli("run", "--quick", "--only", "00", "--no-progress", "--output", str(tmp_path),
+def test_unavailable_device_is_refused_before_any_lesson_starts(tmp_path):
+    out = _run_cli("run", "--quick", "--only", "00", "--no-progress", "--output", str(tmp_path / "out"),
                    env={"COURSE_DEVICE": "cuda:99"})
-    assert out.returncode == 1
-    assert "00_check_your_setup.ipynb failed: cell" in out.stderr
-    assert "raised DeviceUnavailableError" in out.stderr
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("COURSE_DEVICE='cuda:99' is set in the environment")
     assert "CUDA_VISIBLE_DEVICES" in out.stderr or "Change runtime type" in out.stderr
-    assert "Traceback" not in out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+    assert not (tmp_path / "out").exists(), "nothing may run"
 
 
 def test_write_back_refuses_a_dataset_other_than_the_checked_one(tmp_path):
-    out = _run_cli("run", "--write-back", "--dataset", "MNIST", "--no-progress", "--output", str(tmp_path))
+    out = _run_cli("run", "--write-back", "--dataset", "MNIST", "--no-progress", "--output", str(tmp_path / "out"))
     assert out.returncode == 2
     assert "--write-back always runs with the settings the tests check" in out.stderr
     assert "COURSE_DATASET=FashionMNIST" in out.stderr and "Traceback" not in out.stderr
@@ -134,5 +133,6 @@ def test_write_back_refuses_a_dataset_other_than_the_checked_one(tmp_path):
 
 
 def test_bad_pattern_is_an_error(tmp_path):
-    out = _run_cli("run", "--only", "99", "--no-progress", "--output", str(tmp_path))
-    assert out.returncode == 1 and "No notebook" in out.stderr
+    out = _run_cli("run", "--only", "99", "--no-progress", "--output", str(tmp_path / "out"))
+    assert out.returncode == 2 and "--only '99' matches no notebook" in out.stderr
+    assert "00, 01, 02" in out.stderr and not (tmp_path / "out").exists()

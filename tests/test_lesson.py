@@ -28,7 +28,7 @@ def test_environment_steers_and_says_so(monkeypatch, capsys):
     assert settings.quick and settings.dataset == "FashionMNIST" and settings.device == torch.device("cpu")
     out = capsys.readouterr().out
     assert "(from COURSE_DEVICE)" in out and "quick mode (from COURSE_QUICK)" in out
-    assert "dataset FashionMNIST (from COURSE_DATASET)" in out
+    assert "dataset FashionMNIST (from COURSE_DATASET, instead of the notebook's DATASET = 'MNIST')" in out
 
 
 def test_seed_makes_runs_repeat():

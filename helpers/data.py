@@ -334,7 +334,8 @@ def load_dataset(
     """Load the train or test split of MNIST or FashionMNIST.
 
     ``transform=None`` uses ``standard_transform(name)``. Raises DatasetUnavailableError, listing the files and
-    the offline route, when the data is neither on disk nor downloadable. Never substitutes another dataset.
+    the offline route, when the data is neither on disk nor downloadable; its subclasses DataDirError when the data
+    folder cannot be used and DamagedDataError when a file on disk is incomplete. Never substitutes another dataset.
     """
     name = canonical_name(name)
     given = root
@@ -353,6 +354,9 @@ def load_dataset(
         with _preparation_lock(name, given):  # one download at a time into one folder
             if not is_present(name, root):
                 _download(cls, name, root, train)
+        problems = file_problems(name, root)
+        if problems:  # a download that ended early
+            raise DamagedDataError(_damaged_message(name, root, problems))
     dataset = cls(root=str(root), train=train, transform=transform, download=False)
     if verbose:
         split = "train" if train else "test"

@@ -287,3 +287,15 @@ def test_leftovers_of_a_killed_preparation_are_removed(tmp_path, source):
     load_dataset("FashionMNIST", root=tmp_path / "data", verbose=False)
     assert _stray(tmp_path / "data") == []
     assert _complete(tmp_path / "data")
+
+
+def test_a_download_that_ends_early_names_the_file(tmp_path, source, monkeypatch):
+    def cut_short(self):
+        raw = Path(self.raw_folder)
+        raw.mkdir(parents=True, exist_ok=True)
+        for f in data.RAW_FILES:
+            (raw / f).write_bytes(idx_bytes(f, 20)[:-7] if f.startswith("t10k-images") else idx_bytes(f, 20))
+
+    monkeypatch.setattr(torchvision.datasets.MNIST, "download", cut_short)
+    with pytest.raises(DamagedDataError, match=r"t10k-images-idx3-ubyte: cut short \(15,689 bytes"):
+        load_dataset("MNIST", root=tmp_path / "data", verbose=False)

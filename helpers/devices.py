@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
+import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -209,6 +212,83 @@ def synchronize(device: str | torch.device) -> None:
         if accelerator is None:
             raise ValueError(f"Do not know how to synchronise {device}.")
         accelerator.synchronize(device)
+
+
+def child_output(code: str, env: Mapping[str, str | None] | None = None, timeout: float = 300.0) -> str:
+    """Run ``code`` in a fresh Python process and return what it printed on stdout, stripped (lesson 01).
+
+    ``env`` changes the child's environment: a string sets a variable, ``None`` removes it; the rest is inherited.
+    A fresh process is the place to show a setting that is read once per process, such as CUDA_VISIBLE_DEVICES.
+    """
+    if not isinstance(code, str) or not code.strip():
+        raise ValueError("code must be the Python source to run in the child, as a non-empty string.")
+    child_env = dict(os.environ)
+    for name, value in (env or {}).items():
+        if value is None:
+            child_env.pop(name, None)
+        elif isinstance(value, str):
+            child_env[name] = value
+        else:
+            raise TypeError(f"env[{name!r}] must be a string (to set it) or None (to remove it), got {value!r}.")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=child_env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        raise ChildProcessError(
+            f"The child Python process did not finish within {timeout:g} s; a busy machine can be that slow "
+            "(importing torch takes seconds): run the cell again, or pass a longer timeout."
+        ) from None
+    if done.returncode != 0:
+        said = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
+        raise ChildProcessError(f"The child Python process failed (exit status {done.returncode}): {said[-1]}")
+    return done.stdout.strip()
+
+
+def hiding_outcome(machine_gpus: int, count: int, tensor_on: str | None) -> str:
+    """What a child process shows about hiding GPUs (lesson 01), from what it measured.
+
+    ``machine_gpus``: GPUs the machine shows without the variable. ``count``: what ``torch.cuda.device_count()``
+    said in the child after the variable was set. ``tensor_on``: where a tensor asked for on "cuda" landed, or
+    ``None`` when no GPU would take it.
+    """
+    if machine_gpus < 0 or count < 0:
+        raise ValueError(f"GPU counts cannot be negative, got machine_gpus={machine_gpus}, count={count}.")
+    if machine_gpus == 0:
+        return "nothing to hide: this machine shows no CUDA GPU even without the variable"
+    if tensor_on is None:
+        if count == 0:
+            return "hidden: no GPU counted, and no tensor could be put on one"
+        return f"device_count() said {count}, yet no tensor could be put on a GPU"
+    if count == 0:
+        return f"NOT hidden: device_count() said 0, yet a tensor still landed on {tensor_on}"
+    return f"NOT hidden: device_count() said {count}, and a tensor landed on {tensor_on}"
+
+
+def _ratio_text(ratio: float) -> str:
+    return f"{ratio:.1f}" if ratio < 10 else f"{ratio:,.0f}"
+
+
+def speed_comparison(name: str, times: Sequence[float], other: str, other_times: Sequence[float]) -> str:
+    """One sentence comparing two timed ways of doing the same job, decided from their repeats (seconds each).
+
+    When the fastest-to-slowest ranges of the two overlap, the difference is inside the spread and the sentence says
+    there is no clear difference; otherwise it gives the ratio of the medians, "N x faster" or "N x slower".
+    """
+    for label, values in ((name, times), (other, other_times)):
+        if len(values) == 0:
+            raise ValueError(f"No timings for {label!r}: time it at least once before comparing.")
+        if any(not t > 0 for t in values):
+            raise ValueError(f"Timings for {label!r} must be positive seconds, got {list(values)}.")
+    median, other_median = statistics.median(times), statistics.median(other_times)
+    if min(times) <= max(other_times) and min(other_times) <= max(times):
+        return (
+            f"no clear difference between {name} and {other}: their repeats overlap "
+            f"(medians {other_median / median:.2f}x apart, inside the spread)"
+        )
+    if median < other_median:
+        return f"{name} was {_ratio_text(other_median / median)}x faster than {other}"
+    return f"{name} was {_ratio_text(median / other_median)}x slower than {other}"
 
 
 def runtime() -> str:

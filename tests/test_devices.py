@@ -235,3 +235,84 @@ def test_a_bad_course_device_names_the_variable_and_the_fix(monkeypatch):
     monkeypatch.setenv("COURSE_DEVICE", "bogus")
     with pytest.raises(ValueError, match="(?s)COURSE_DEVICE='bogus'.*Unknown device"):
         devices.pick_device()
+
+
+# --- child processes (lesson 01, CUDA_VISIBLE_DEVICES) ---
+
+
+def test_child_output_sets_and_removes_variables(monkeypatch):
+    monkeypatch.setenv("COURSE_CHILD_KEPT", "inherited")
+    monkeypatch.setenv("COURSE_CHILD_GONE", "present")
+    code = (
+        "import os; env = os.environ; "
+        "print(env.get('COURSE_CHILD_SET'), env.get('COURSE_CHILD_GONE'), env['COURSE_CHILD_KEPT'])"
+    )
+    out = devices.child_output(code, env={"COURSE_CHILD_SET": "x=1", "COURSE_CHILD_GONE": None})
+    assert out == "x=1 None inherited"
+    assert devices.child_output("print('  padded  ')") == "padded"
+
+
+def test_child_output_hides_every_gpu_with_an_empty_value():
+    code = "import torch; print(torch.cuda.device_count(), torch.cuda.is_available())"
+    assert devices.child_output(code, env={"CUDA_VISIBLE_DEVICES": ""}) == "0 False"
+
+
+def test_child_output_reports_a_failing_child_by_its_last_line():
+    with pytest.raises(ChildProcessError, match=r"exit status 1\): ZeroDivisionError: division by zero"):
+        devices.child_output("print('partial'); 1 / 0")
+
+
+def test_child_output_rejects_bad_input_and_says_why():
+    with pytest.raises(ValueError, match="non-empty string"):
+        devices.child_output("  ")
+    with pytest.raises(TypeError, match=r"env\['CUDA_VISIBLE_DEVICES'\] must be a string .* or None"):
+        devices.child_output("print(1)", env={"CUDA_VISIBLE_DEVICES": 0})
+    with pytest.raises(ChildProcessError, match=r"did not finish within 0.5 s"):
+        devices.child_output("import time; time.sleep(30)", timeout=0.5)
+
+
+@pytest.mark.parametrize(
+    ("machine_gpus", "count", "tensor_on", "expected"),
+    [
+        (0, 0, None, "nothing to hide: this machine shows no CUDA GPU"),
+        (1, 0, None, "hidden: no GPU counted"),
+        (1, 0, "cuda:0", "NOT hidden: device_count() said 0, yet a tensor still landed on cuda:0"),
+        (2, 2, "cuda:0", "NOT hidden: device_count() said 2, and a tensor landed on cuda:0"),
+        (1, 1, None, "device_count() said 1, yet no tensor could be put on a GPU"),
+    ],
+)
+def test_hiding_outcome_follows_what_the_child_measured(machine_gpus, count, tensor_on, expected):
+    assert devices.hiding_outcome(machine_gpus, count, tensor_on).startswith(expected)
+
+
+def test_hiding_outcome_refuses_negative_counts():
+    with pytest.raises(ValueError, match="cannot be negative"):
+        devices.hiding_outcome(-1, 0, None)
+
+
+# --- comparing two timed ways of doing one job ---
+
+
+def test_speed_comparison_clear_gain_and_loss():
+    fast = [1e-3, 1.1e-3, 1.2e-3]
+    slow = [30e-3, 31e-3, 33e-3]
+    assert devices.speed_comparison("the GPU", fast, "the CPU", slow) == "the GPU was 28x faster than the CPU"
+    assert devices.speed_comparison("the CPU", slow, "the GPU", fast) == "the CPU was 28x slower than the GPU"
+    # medians 1.05 and 2.55: one decimal below 10x
+    assert devices.speed_comparison("a", [1.0, 1.1], "b", [2.5, 2.6]) == "a was 2.4x faster than b"
+
+
+def test_speed_comparison_inside_the_spread_is_no_clear_difference():
+    noisy = [1e-3, 2e-3, 4e-3]  # one slow outlier reaches the other's range
+    steady = [3e-3, 3.1e-3, 3.2e-3]
+    sentence = devices.speed_comparison("pinned", noisy, "pageable", steady)
+    assert sentence.startswith("no clear difference between pinned and pageable")
+    assert "1.55x apart" in sentence
+    assert devices.speed_comparison("x", [5e-3], "y", [5e-3]).startswith("no clear difference")
+
+
+def test_speed_comparison_rejects_missing_or_impossible_timings():
+    with pytest.raises(ValueError, match="No timings for 'the GPU'"):
+        devices.speed_comparison("the GPU", [], "the CPU", [1.0])
+    with pytest.raises(ValueError, match="must be positive seconds"):
+        devices.speed_comparison("the GPU", [1.0], "the CPU", [0.0])

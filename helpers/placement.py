@@ -1,7 +1,8 @@
 """Where does every tensor live? A table of a model's parameters, buffers and plain tensor attributes, and of every
 tensor in a nested batch, with the odd ones out named: the usual cause of a device-mismatch error.
 
-Also the stand-in devices lesson 02 uses to raise mismatch errors on a machine without a GPU.
+Also the second device lessons 02 to 04 raise mismatch errors with: the real GPU where there is one, else a stand-in
+(fake CUDA tensors, or the ``meta`` device), and the line that says which of the two raised an error.
 """
 
 from __future__ import annotations
@@ -142,6 +143,28 @@ def report(
 # --- stand-ins for a GPU, for raising mismatch errors on a machine without one ------------------------------------
 
 
+def error_origin(device: str | torch.device, fake: bool = False) -> str:
+    """The line a lesson prints above an error: a real CUDA error, or which stand-in raised it and why.
+
+    ``device`` is the second device the error is about (``cuda:0``, or ``meta`` without a GPU); ``fake`` says that
+    the CUDA tensors were fake ones (``cuda_or_fake`` on a machine without a GPU).
+    """
+    device = torch.device(device)
+    if device.type == "cuda" and not fake:
+        return "Real CUDA error, raised by the GPU:"
+    what = "fake CUDA tensors" if device.type == "cuda" else f"the {device.type} device"
+    return f"Stand-in error from {what} (this machine has no GPU):"
+
+
+def _announce(line: str) -> None:
+    """Print ``line`` on stdout before the error itself reaches stderr (``expect_error`` flushes stdout first)."""
+    print(line, flush=True)
+
+
+ANNOUNCED = (RuntimeError, IndexError)
+"""Errors ``cuda_or_fake`` labels as real or stand-in: device mismatches, and the index-device check on a GPU."""
+
+
 def gpu_or_meta() -> torch.device:
     """The first CUDA GPU when one is visible, else the ``meta`` device (shapes, no data) as a stand-in."""
     if torch.cuda.is_available():
@@ -208,9 +231,17 @@ def cuda_or_fake() -> Iterator[torch.device]:
     autograd records an operation on a fake CUDA tensor without a GPU driver). Recent releases raise the mismatch as
     a subclass of RuntimeError with the CUDA text; it is re-raised as the plain RuntimeError a GPU raises, with
     PyTorch's message unchanged. Older releases word the stand-in's error differently (see lesson 02).
+
+    When a RuntimeError or IndexError leaves the block, one line on stdout says where it came from: "Real CUDA error,
+    raised by the GPU:" or "Stand-in error from fake CUDA tensors (this machine has no GPU):" (``error_origin``).
     """
     if torch.cuda.is_available():
-        yield torch.device("cuda", torch.cuda.current_device())
+        device = torch.device("cuda", torch.cuda.current_device())
+        try:
+            yield device
+        except ANNOUNCED:
+            _announce(error_origin(device))
+            raise
         return
     # Module.to() must give the module new Parameters holding the fake tensors: older releases otherwise set
     # ``param.data`` to the fake tensor, which leaves a real Parameter on the meta device.
@@ -219,7 +250,8 @@ def cuda_or_fake() -> Iterator[torch.device]:
     try:
         with _fake_mode(), _index_fakes_with_aten(), torch.no_grad():
             yield torch.device("cuda", 0)
-    except RuntimeError as err:
+    except ANNOUNCED as err:
+        _announce(error_origin("cuda", fake=True))
         if type(err).__name__ == "FakeTensorDeviceMismatchError":
             # Keep the traceback, so that it still points at the line of the block that raised.
             raise RuntimeError(str(err)).with_traceback(err.__traceback__) from None

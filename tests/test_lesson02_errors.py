@@ -9,6 +9,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_device_mismatch_errors.ipynb"
 
@@ -25,8 +26,28 @@ EXPECTED = {  # cell id: (the error's type, the line of the cell that raises it)
     "err-index-out-of-range": ("IndexError", "values[torch.tensor([12])]"),
     "err-training-step": ("RuntimeError", "train_step(model, on_gpu, loss_fn, optimizer)"),
 }
+GPU_ONLY = {  # cell id: (the error types it accepts, the line of the cell that raises it, what the message says)
+    "err-addmm-scalar": (
+        ("RuntimeError",),
+        "torch.addmm(torch.tensor(1.0), a, b)  # the 0-dim CPU tensor is checked like any other argument",
+        "same device|different devices",
+    ),
+    "err-index-gpu-into-cpu": (
+        ("RuntimeError", "IndexError"),
+        "cpu_table[gpu_ids]",
+        "indices should be either on cpu or on the same device",
+    ),
+}
+"""Checks no stand-in models: raised for real on a CUDA machine, skipped with a printed line elsewhere."""
 MISMATCH = re.compile("same device|different devices")  # the words of the GPU text and of every stand-in text
 SHOWN = re.compile(r"^line (\d+): (.*)\n(\w+): (.*)$", re.MULTILINE)
+GPU = torch.cuda.is_available()
+FAKE_ORIGIN = (
+    "Real CUDA error, raised by the GPU:" if GPU else "Stand-in error from fake CUDA tensors (this machine has no GPU):"
+)
+META_ORIGIN = (
+    "Real CUDA error, raised by the GPU:" if GPU else "Stand-in error from the meta device (this machine has no GPU):"
+)
 
 
 def _cell(nb: nbformat.NotebookNode, cell_id: str) -> nbformat.NotebookNode:
@@ -37,6 +58,10 @@ def _cell(nb: nbformat.NotebookNode, cell_id: str) -> nbformat.NotebookNode:
 
 def _stderr(cell: nbformat.NotebookNode) -> str:
     return "".join(out["text"] for out in cell.get("outputs", []) if out.get("name") == "stderr")
+
+
+def _stdout(cell: nbformat.NotebookNode) -> str:
+    return "".join(out["text"] for out in cell.get("outputs", []) if out.get("name") == "stdout")
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +81,13 @@ def test_no_cell_relies_on_the_raises_exception_tag(committed):
 
 def test_every_error_cell_uses_expect_error_with_its_type(committed):
     using = {cell.get("id") for cell in committed.cells if cell.cell_type == "code" and "expect_error(" in cell.source}
-    assert using == set(EXPECTED)
+    assert using == set(EXPECTED) | set(GPU_ONLY)
+    for cell_id, (kinds, line, _) in GPU_ONLY.items():
+        source = _cell(committed, cell_id).source
+        assert source.startswith("if lesson.cuda_gpus(1, "), f"{cell_id} must say that it was skipped without a GPU"
+        types = kinds[0] if len(kinds) == 1 else rf"\({', '.join(kinds)}\)"
+        assert re.search(rf"^    with expect_error\({types}, match=", source, re.MULTILINE), cell_id
+        assert any(src.strip() == line for src in source.splitlines()), f"{cell_id} no longer has the line {line!r}"
     for cell_id, (kind, line) in EXPECTED.items():
         source = _cell(committed, cell_id).source
         assert re.search(rf"^with expect_error\({kind}, match=", source, re.MULTILINE), cell_id
@@ -79,3 +110,25 @@ def test_the_error_is_raised_for_real_and_shown(lesson02, cell_id):
 def test_no_cell_of_a_fresh_run_has_an_error_output(lesson02):
     outputs = {cell.get("id"): cell.get("outputs", []) for cell in lesson02.cells}
     assert [cell_id for cell_id, outs in outputs.items() if any(o.get("output_type") == "error" for o in outs)] == []
+
+
+@pytest.mark.parametrize("cell_id", sorted(GPU_ONLY))
+def test_what_no_stand_in_models_is_raised_on_a_gpu_and_skipped_without_one(lesson02, cell_id):
+    kinds, line, words = GPU_ONLY[cell_id]
+    cell = _cell(lesson02, cell_id)
+    if not GPU:
+        assert _stdout(cell).startswith("Skipped (needs 1 CUDA GPU, this machine has 0): ")
+        assert _stderr(cell) == ""
+        return
+    shown = SHOWN.findall(_stderr(cell))
+    assert len(shown) == 1, f"{cell_id} showed no error on stderr: {_stderr(cell)!r}"
+    _, source, shown_kind, message = shown[0]
+    assert source == line and shown_kind in kinds
+    assert re.search(words, message), message
+    assert _stdout(cell).strip() == FAKE_ORIGIN
+
+
+@pytest.mark.parametrize("cell_id", sorted(set(EXPECTED) - {"err-index-out-of-range"}))
+def test_each_error_says_whether_it_was_real_or_a_stand_in(lesson02, cell_id):
+    expected = META_ORIGIN if cell_id == "err-numpy" else FAKE_ORIGIN
+    assert _stdout(_cell(lesson02, cell_id)).strip().splitlines()[-1] == expected

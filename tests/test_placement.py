@@ -172,3 +172,26 @@ def test_cuda_or_fake_turns_autograd_off_and_restores_the_conversion_flag():
 def test_cuda_or_fake_passes_other_errors_through():
     with pytest.raises(ValueError, match="not a mismatch"), placement.cuda_or_fake():
         raise ValueError("not a mismatch")
+
+
+def test_error_origin_names_the_real_gpu_or_the_stand_in():
+    assert placement.error_origin("cuda:0") == "Real CUDA error, raised by the GPU:"
+    assert placement.error_origin(torch.device("cuda", 0), fake=True) == (
+        "Stand-in error from fake CUDA tensors (this machine has no GPU):"
+    )
+    assert placement.error_origin("meta") == "Stand-in error from the meta device (this machine has no GPU):"
+
+
+def test_cuda_or_fake_says_where_an_error_came_from_and_only_then(capsys):
+    expected = placement.error_origin("cuda", fake=not torch.cuda.is_available())
+    with placement.cuda_or_fake() as gpu:
+        torch.ones(3, device=gpu) + torch.ones(3, device=gpu)
+    assert capsys.readouterr().out == ""  # no error, no line
+    with expect_error(RuntimeError, match="same device|different devices"), placement.cuda_or_fake() as gpu:
+        torch.ones(3, device=gpu) + torch.ones(3)
+    captured = capsys.readouterr()
+    assert captured.out == expected + "\n"
+    assert "RuntimeError: Expected all tensors to be on the same device" in captured.err
+    with pytest.raises(ValueError), placement.cuda_or_fake():
+        raise ValueError("not about devices")
+    assert capsys.readouterr().out == ""  # other errors pass through unlabelled

@@ -7,7 +7,11 @@ torchrun starts the processes and gives each its RANK, LOCAL_RANK, WORLD_SIZE, M
 Only rank 0 logs and saves. ``--check-equivalence`` makes rank 0 also train a plain copy of the model, in one process,
 on each step's global batch (the union of every rank's batch) for the first ``--equivalence-steps`` steps, and print
 how far its weights are from the DDP model's after them.
-``--fail-rank R`` makes rank R raise on its first step, to see how a failure ends the whole job.
+``--fail-rank R`` makes rank R raise on its first step, to see how a failure ends the whole job; R must be one of the
+job's ranks, 0 to N-1 (or -1, the default, for none).
+
+``process_plan`` decides how many processes a lesson starts and with which backend: one per visible GPU with nccl
+when the lesson's device is a CUDA GPU (a single GPU runs one nccl process), two CPU processes with gloo otherwise.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
 from datetime import timedelta
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -73,6 +77,55 @@ def torchrun_line(nproc: int, script_args: Sequence[str] = (), module: str = MOD
     return shlex.join(["torchrun", *_torchrun_args(nproc, script_args, module)])
 
 
+class ProcessPlan(NamedTuple):
+    """How many processes a launch starts, the backend that connects them, and the script's ``--device``."""
+
+    nproc: int
+    backend: str
+    device: str
+
+    def describe(self) -> str:
+        """One line a learner reads: what will run, and why."""
+        if self.backend == "nccl":
+            gpus = f"{self.nproc} GPU{'s' if self.nproc > 1 else ''}"
+            return f"{self.nproc} process{'es' if self.nproc > 1 else ''} with nccl, one per visible GPU ({gpus})"
+        return f"{self.nproc} CPU processes with gloo"
+
+
+CPU_PROCESSES = 2
+"""How many gloo processes a plan without GPUs starts: the fewest that have something to synchronise."""
+
+
+def process_plan(device_type: str, gpu_count: int) -> ProcessPlan:
+    """One process per visible GPU with nccl when the lesson's device is a CUDA GPU; else two CPU processes, gloo.
+
+    A machine with one GPU runs one nccl process: DDP over a world of one, with the same ``set_device`` and nccl
+    set-up as on eight GPUs. Other accelerators (MPS, XPU) and the CPU get gloo on CPU processes.
+    """
+    if gpu_count < 0:
+        raise ValueError(f"gpu_count cannot be negative, got {gpu_count}.")
+    if device_type == "cuda" and gpu_count >= 1:
+        return ProcessPlan(gpu_count, "nccl", "cuda")
+    return ProcessPlan(CPU_PROCESSES, "gloo", "cpu")
+
+
+def failure_demo_plan(plan: ProcessPlan) -> ProcessPlan:
+    """The plan for a failing-rank demo: ``plan`` when it has a second process to be left waiting, else two on CPUs."""
+    return plan if plan.nproc >= 2 else ProcessPlan(CPU_PROCESSES, "gloo", "cpu")
+
+
+def fail_rank_problem(fail_rank: int, world_size: int) -> str | None:
+    """Why ``--fail-rank`` cannot work with ``world_size`` processes, with the fix; None when it can."""
+    if fail_rank == -1 or 0 <= fail_rank < world_size:
+        return None
+    ranks = "0" if world_size == 1 else f"0 to {world_size - 1}"
+    return (
+        f"--fail-rank {fail_rank} names no rank of this job: with {world_size} process"
+        f"{'es' if world_size != 1 else ''} the ranks are {ranks}. Pick one of them, or -1 (the default) for no "
+        "failing rank."
+    )
+
+
 def _stop(process: subprocess.Popen) -> None:
     """End torchrun so that it takes its workers with it: SIGTERM first, SIGKILL only if it does not exit."""
     # SIGKILL (what subprocess.run sends on a timeout) cannot be caught: torchrun would die at once and leave its
@@ -93,7 +146,13 @@ def launch(
 
     After ``timeout`` seconds (or on Ctrl-C / a kernel interrupt) torchrun is asked to stop its workers and exit;
     a timeout then raises subprocess.TimeoutExpired carrying the output so far. No worker is left running.
+    A ``--fail-rank`` that names no rank of ``nproc`` processes raises ValueError before anything starts.
     """
+    fail_rank = _fail_rank_in(script_args)
+    if module == MODULE and fail_rank is not None:  # refuse what the script would refuse, before anything starts
+        problem = fail_rank_problem(fail_rank, nproc)
+        if problem:
+            raise ValueError(problem)
     command = torchrun_command(nproc, script_args, module)
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # what torchrun would set anyway, minus its warning about it
@@ -109,6 +168,20 @@ def launch(
             _stop(process)
             raise
         return subprocess.CompletedProcess(command, process.returncode, _read(out), _read(err))
+
+
+def _fail_rank_in(script_args: Sequence[str]) -> int | None:
+    """The value of ``--fail-rank`` in ``script_args``, if it is there and an integer (else the script complains)."""
+    found = None
+    for i, arg in enumerate(script_args):
+        if arg == "--fail-rank" and i + 1 < len(script_args):
+            found = script_args[i + 1]
+        elif arg.startswith("--fail-rank="):
+            found = arg.partition("=")[2]
+    try:
+        return int(found) if found is not None else None
+    except ValueError:
+        return None
 
 
 def _read(file: IO[str]) -> str:
@@ -163,8 +236,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=EQUIVALENCE_STEPS,
         help=f"how many first steps --check-equivalence compares (default {EQUIVALENCE_STEPS}; 0: all)",
     )
-    p.add_argument("--fail-rank", type=int, default=-1, help="this rank raises on its first step (a failure demo)")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--fail-rank",
+        type=int,
+        default=-1,
+        help="this rank (0 to N-1) raises on its first step, a failure demo; -1: none",
+    )
+    args = p.parse_args(argv)
+    if args.fail_rank < -1:
+        p.error(f"--fail-rank {args.fail_rank} names no rank: ranks start at 0; -1 (the default) means none.")
+    return args
 
 
 def synthetic_data(size: int, image_seed: int, teacher_seed: int) -> TensorDataset:
@@ -260,6 +341,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    problem = fail_rank_problem(args.fail_rank, int(os.environ["WORLD_SIZE"]))
+    if problem:
+        if int(os.environ["RANK"]) == 0:  # every rank refuses; one says why
+            say(f"helpers.ddp_train: {problem}", sys.stderr)
+        return 2
     local_rank, local_world_size = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
     device = device_for_local_rank(args.device, local_rank, local_world_size)
     backend = "nccl" if device.type == "cuda" else "gloo"
@@ -290,14 +376,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             # the stopping to torchrun, which ends every process once the failed one has exited, so that its report
             # names the rank that failed first rather than whichever process happened to exit first.
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            print(
-                f"[rank {dist.get_rank()}] lost a peer ({first_line}); waiting for torchrun to stop the job", flush=True
-            )
+            say(f"[rank {dist.get_rank()}] lost a peer ({first_line}); waiting for torchrun to stop the job")
             time.sleep(args.timeout)
         raise
     finally:
         dist.destroy_process_group()  # also after an error, so the process exits without leaking the group
     return 0
+
+
+def say(line: str, stream: IO[str] | None = None) -> None:
+    """Print one line with a single write, so that lines of processes sharing a terminal or file never interleave.
+
+    ``print`` writes the text and the newline separately when the stream is unbuffered (``python -u``,
+    ``PYTHONUNBUFFERED=1``), and another rank's line can land between the two.
+    """
+    stream = sys.stdout if stream is None else stream
+    stream.flush()  # whatever this process printed before goes out first
+    data = (line + "\n").encode(getattr(stream, "encoding", None) or "utf-8", errors="replace")
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a notebook's or a test's captured stream)
+        stream.write(line + "\n")
+        stream.flush()
+        return
+    while data:  # a regular file or a pipe takes a short line in one write; loop only if it did not
+        data = data[os.write(fd, data) :]
 
 
 PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
@@ -317,15 +420,14 @@ def train(
 
     def log(message: str) -> None:
         if rank == 0:  # one voice: N processes printing the same line N times helps nobody
-            print(message, flush=True)
+            say(message)
 
     train_set, test_set = data
     sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=args.seed)
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
-    print(
+    say(
         f"[rank {rank}] of {world_size} on {device} ({backend}): {sampler.num_samples} of {len(train_set)} "
-        f"images per epoch, {len(loader)} steps",
-        flush=True,
+        f"images per epoch, {len(loader)} steps"
     )
 
     torch.manual_seed(args.seed)  # same start on every rank; DDP also broadcasts rank 0's weights when it wraps

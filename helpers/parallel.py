@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing.connection
 import os
 import sys
 import tempfile
+import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
-from typing import TypeVar
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -84,3 +86,27 @@ def child_stderr() -> Iterator[list[str]]:
             os.close(saved)
             sink.seek(0)
             lines.extend(sink.read().decode(errors="replace").splitlines())
+
+
+def wait_for_exit(processes: Sequence[Any], timeout: float) -> None:
+    """Wait until every one of ``processes`` (multiprocessing processes) has exited; after ``timeout`` seconds,
+    terminate those still running and raise TimeoutError.
+
+    ``torch.multiprocessing``'s ``ProcessContext.join`` reports the first failed child it finds among those that have
+    exited by the time it looks. Called after this, it finds all of them and checks them in order, so when several
+    fail alike it names the lowest-numbered one every time instead of whichever the operating system reported first.
+    """
+    deadline = time.monotonic() + timeout
+    running = [p for p in processes if p.exitcode is None]
+    while running:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            for process in running:
+                process.terminate()
+            for process in running:
+                process.join(5)
+            raise TimeoutError(
+                f"{len(running)} of {len(processes)} child processes did not finish within {timeout:g} s"
+            )
+        multiprocessing.connection.wait([p.sentinel for p in running], timeout=left)
+        running = [p for p in running if p.exitcode is None]

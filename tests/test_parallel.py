@@ -1,19 +1,25 @@
 """helpers.parallel: the "module." prefix DataParallel adds to state-dict keys, the split of a batch over GPUs, and
-the standard error of child processes."""
+the standard error of child processes, and waiting for children so that a failure report names the same one every
+time (lesson 07)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
+import time
 from collections import OrderedDict
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 from helpers.models import MLP
-from helpers.parallel import child_stderr, is_wrapped, replica_split, strip_module_prefix, unwrap
+from helpers.parallel import child_stderr, is_wrapped, replica_split, strip_module_prefix, unwrap, wait_for_exit
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_strips_only_a_leading_prefix() -> None:
@@ -101,3 +107,51 @@ def test_child_stderr_restores_descriptor_2_when_the_block_raises(capfd) -> None
     assert lines == ["first", "second"]
     os.write(2, b"back on the real stderr\n")
     assert "back on the real stderr" in capfd.readouterr().err
+
+
+def test_wait_for_exit_returns_once_every_child_has_ended() -> None:
+    context = multiprocessing.get_context("fork")
+    children = [context.Process(target=time.sleep, args=(seconds,)) for seconds in (0.3, 0.0)]
+    for child in children:
+        child.start()
+    wait_for_exit(children, timeout=30)
+    assert [child.exitcode for child in children] == [0, 0]
+
+
+def test_wait_for_exit_stops_children_that_overrun_and_says_so() -> None:
+    context = multiprocessing.get_context("fork")
+    children = [context.Process(target=time.sleep, args=(seconds,)) for seconds in (0.0, 60.0)]
+    for child in children:
+        child.start()
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="1 of 2 child processes did not finish within 0.5 s"):
+        wait_for_exit(children, timeout=0.5)
+    assert time.monotonic() - start < 10
+    assert not children[1].is_alive()  # terminated, not left behind
+
+
+NOTEBOOK_WORKER = """
+import torch.multiprocessing as mp
+from helpers import parallel
+
+def worker(rank):  # lives in __main__ of `python -c`, which a spawned child cannot import: every child fails alike
+    print("hello from rank", rank)
+
+context = mp.start_processes(worker, nprocs=2, join=False, start_method="spawn")
+parallel.wait_for_exit(context.processes, timeout=60)
+try:
+    context.join()
+except mp.ProcessExitedException as error:
+    print(error)
+"""
+
+
+def test_after_waiting_the_spawn_failure_names_process_0_every_time() -> None:
+    # Lesson 07's mp.spawn demo: without waiting, the report named process 0 or 1, whichever exit was seen first.
+    reports = [
+        subprocess.run(
+            [sys.executable, "-c", NOTEBOOK_WORKER], capture_output=True, text=True, timeout=120, cwd=ROOT
+        ).stdout.strip()
+        for _ in range(2)
+    ]
+    assert reports == ["process 0 terminated with exit code 1"] * 2

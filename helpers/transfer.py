@@ -1,8 +1,11 @@
-"""Moving batches to a device: nested containers, a loader wrapper, and (below) a device-resident batch iterator."""
+"""Moving batches to a device: nested containers, a loader wrapper, what pinned memory does to a copy (measured, with
+the rule that reads the measurements), and (below) a device-resident batch iterator."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import math
+import statistics
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -68,6 +71,104 @@ class DeviceDataLoader:
 
     def __repr__(self) -> str:
         return f"DeviceDataLoader({type(self.loader).__name__}, device={self.device}, non_blocking={self.non_blocking})"
+
+
+# --- pinned memory, measured ---
+
+COPY_WAYS = {
+    "plain": "plain copy from pageable memory: batch.to(device)",
+    "pin in the loop": "pin each batch, then copy: batch.pin_memory().to(device, non_blocking=True)",
+    "pinned already": "copy a batch pinned ahead of time (what a DataLoader with pin_memory=True hands over)",
+}
+"""The ways ``time_batch_copies`` copies a CPU batch to a GPU, by name, with what each does."""
+
+
+def compare_times(baseline: Sequence[float], candidate: Sequence[float]) -> str:
+    """Whether ``candidate`` was "faster" or "slower" than ``baseline``, or showed "no clear difference".
+
+    A difference counts only when the two sets of repeats do not overlap: every repeat of one below every repeat of
+    the other. Otherwise it is within the spread of the measurements.
+    """
+    for name, times in (("baseline", baseline), ("candidate", candidate)):
+        if len(times) == 0:
+            raise ValueError(f"compare_times needs at least one {name} time, got none.")
+        if not all(math.isfinite(t) and t > 0 for t in times):
+            raise ValueError(f"compare_times needs positive, finite {name} times, got {list(times)}.")
+    if max(candidate) < min(baseline):
+        return "faster"
+    if min(candidate) > max(baseline):
+        return "slower"
+    return "no clear difference"
+
+
+def time_batch_copies(
+    batch: torch.Tensor, device: str | torch.device, copies: int = 20, repeats: int = 7
+) -> dict[str, list[float]]:
+    """Seconds per batch, one figure per repeat, for each way in ``COPY_WAYS`` of copying the CPU tensor ``batch`` to
+    the CUDA ``device``. Each repeat times ``copies`` copies between two synchronisations; the ways take turns within a
+    repeat, so a slow moment of the machine hits all of them alike. One untimed round first warms everything up (the
+    first pinned allocation is far slower than the ones PyTorch then reuses)."""
+    from helpers.timing import time_on_device  # timing imports devices; imported here to keep this module light
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"Pinned memory serves copies to a CUDA GPU; got device {device}.")
+    if copies < 1 or repeats < 1:
+        raise ValueError(f"Need copies >= 1 and repeats >= 1, got copies={copies}, repeats={repeats}.")
+    batch = batch.cpu()
+    pinned = batch.pin_memory()
+    ways: dict[str, Callable[[], torch.Tensor]] = {
+        "plain": lambda: batch.to(device),
+        "pin in the loop": lambda: batch.pin_memory().to(device, non_blocking=True),
+        "pinned already": lambda: pinned.to(device, non_blocking=True),
+    }
+
+    def copy_many(way: Callable[[], torch.Tensor]) -> None:
+        for _ in range(copies):
+            way()
+
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    for _ in range(repeats + 1):
+        for name, way in ways.items():
+            timing = time_on_device(lambda way=way: copy_many(way), device, repeats=1, warmup=0)
+            times[name].append(timing.median / copies)
+    return {name: found[1:] for name, found in times.items()}  # the first round was the warm-up
+
+
+def pinning_findings(times: Mapping[str, Sequence[float]]) -> list[str]:
+    """One sentence per way that differs from the plain copy, each stating what the measurements show."""
+    from helpers.timing import format_seconds
+
+    plain = statistics.median(times["plain"])
+    what = {
+        "pin in the loop": "Pinning each batch in the loop, then copying it,",
+        "pinned already": "Copying a batch that was pinned ahead of time",
+    }
+    lines = []
+    for name, subject in what.items():
+        verdict = compare_times(times["plain"], times[name])
+        median = statistics.median(times[name])
+        figures = f"{format_seconds(median)} against {format_seconds(plain)} per batch"
+        if verdict == "no clear difference":
+            lines.append(f"{subject} made no clear difference to a plain copy: {figures}, and the repeats overlap.")
+        else:
+            lines.append(
+                f"{subject} was {verdict} than a plain copy: {figures} ({median / plain:.2f} times its time; every "
+                f"one of the {len(times[name])} repeats {'below' if verdict == 'faster' else 'above'} every plain one)."
+            )
+    return lines
+
+
+def pinning_report(batch: torch.Tensor, times: Mapping[str, Sequence[float]]) -> str:
+    """A table of the median time per batch and the spread of each way, then the findings."""
+    from helpers.timing import format_seconds
+
+    lines = [f"batch {tuple(batch.shape)} {str(batch.dtype).removeprefix('torch.')}, {batch.nbytes / 2**10:,.0f} KiB:"]
+    for name, found in times.items():
+        median = statistics.median(found)
+        spread = (max(found) - min(found)) / median
+        lines.append(f"  {name:15} {format_seconds(median):>9} per batch  (spread {spread:.0%})  {COPY_WAYS[name]}")
+    return "\n".join([*lines, *pinning_findings(times)])
 
 
 # --- device-resident batches ---

@@ -320,6 +320,8 @@ def _fall_back_to_offline_data() -> None:
 
 def _device_problem(device: str) -> str | None:
     """Why ``device`` cannot be used here, or None. A child process checks, so this one never holds a GPU context."""
+    if device.strip().lower() == "auto":
+        return None
     try:
         kind = devices._parse(device).type
     except ValueError as exc:

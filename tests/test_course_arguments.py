@@ -94,6 +94,11 @@ def test_a_misspelt_device_is_refused_before_starting(capsys, lessons, tmp_path)
     assert err.startswith("--device gpu cannot be used here:\nUnknown device 'gpu'. Choose one of 'auto', 'cpu'")
 
 
+def test_auto_and_cpu_are_always_usable():
+    assert course._device_problem("auto") is None and course._device_problem(" AUTO ") is None
+    assert course._device_problem("cpu") is None and course._device_problem("cpu:1") is not None
+
+
 def test_an_unavailable_device_is_refused_before_starting(capsys, lessons, tmp_path):
     err = _refused(capsys, tmp_path / "out", "--notebooks", str(lessons), "--device", "cuda:99")
     assert err.startswith("--device cuda:99 cannot be used here:\n")

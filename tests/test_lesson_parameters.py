@@ -4,8 +4,14 @@ spellings and refuse the rest; COURSE_DATASET says when it overrides the noteboo
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
 import pytest
 import torch
+from nbformat.v4 import new_code_cell, new_notebook
 
 from helpers import lesson
 from helpers.lesson import ParameterError
@@ -177,3 +183,44 @@ def test_jupyter_shows_the_message_alone_without_a_traceback(capsys):
         "ParameterError: LR = 'fast' is not allowed: LR must be a number greater than 0, such as 0.01. Change it "
         "in the parameters cell, then run the notebook again from the top."
     ]
+
+
+@pytest.mark.notebooks
+def test_in_a_notebook_run_the_error_is_one_line_and_the_runner_names_it(tmp_path):
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    meta = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    cells = [
+        new_code_cell('DEVICE = "cpu"\nQUICK = "no"\nEPOCHS = 0'),
+        new_code_cell("from helpers import lesson\nsettings = lesson.start(DEVICE, QUICK, epochs=EPOCHS)"),
+        new_code_cell("print('never')"),
+    ]
+    nbformat.write(new_notebook(metadata=meta, cells=cells), folder / "00_params.ipynb")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "helpers.course",
+            "run",
+            "--notebooks",
+            str(folder),
+            "--output",
+            str(tmp_path / "out"),
+            "--no-progress",
+            "--dataset",
+            "FashionMNIST",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    message = (
+        "EPOCHS = 0 is not allowed: EPOCHS must be a whole number of at least 1, such as 2. Change it in the "
+        "parameters cell, then run the notebook again from the top."
+    )
+    assert f"00_params.ipynb failed: cell 1 (In [2]) raised ParameterError: {message}" in done.stderr
+    executed = nbformat.read(tmp_path / "out" / "00_params.ipynb", as_version=4)
+    errors = [o for c in executed.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert [e.traceback for e in errors] == [[f"ParameterError: {message}"]]  # what Jupyter shows: no frames

@@ -1,23 +1,28 @@
-"""The data-pipeline benchmark: images per second of four ways to feed a model, on one device, in one run.
+"""The data-pipeline benchmark: images per second of ways to feed a model, one change per row, on one device.
 
     python -m helpers.bench                 # MNIST on the device pick_device() chooses
     python -m helpers.bench --quick --dataset FashionMNIST --device cpu
 
-Each pipeline is timed three ways: data only (batches arrive on the device), training the linear model, and
-training the CNN. Every figure is the median of repeats after a warm-up, synchronising the device before each clock
-read, and is compared with the lab's setup: a DataLoader applying ToTensor and Normalize to one image at a time,
-batch 128, no worker processes.
+Each row changes one thing from an earlier row (the lab's setup first: a DataLoader applying ToTensor and Normalize
+to one image at a time, batch 128, no worker processes), and each is timed three ways: data only (batches arrive on
+the device), training the linear model, and training the CNN. Every figure is the median of repeats after a warm-up,
+synchronising the device before each clock read. The sentences printed under the table are chosen from the run's own
+numbers by the rules below (``compare``, ``diagnose_steps``, ``rate_trend``), which the tests feed with synthetic
+measurements.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
-from collections.abc import Callable, Iterable
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,52 +31,313 @@ from torch.utils.data import DataLoader, Subset, TensorDataset
 
 from helpers import data, devices
 from helpers.models import build_model
-from helpers.timing import time_on_device
+from helpers.timing import format_seconds, time_on_device
 from helpers.transfer import DeviceDataLoader, DeviceResidentLoader, to_device
 
-PIPELINES = ("lab", "workers", "wrapper", "resident")
+PIPELINES = ("lab", "workers", "pinned", "wrapper", "indexed", "resident")
+"""Every row the benchmark knows, in table order; ``default_pipelines`` picks those that mean something on a device."""
 TASKS = ("data", "linear", "cnn")
 TASK_TITLES = {"data": "data only", "linear": "linear model", "cnn": "CNN"}
 GOALS = {"data": 100.0, "linear": 10.0, "cnn": 2.0}
-"""Speed-ups over the lab's setup the device-resident pipeline should reach, per task."""
+"""Speed-ups over the lab's setup the last row (data kept on the device) should reach, per task."""
+
+MIN_NOISE = 0.05
+"""Two timings whose medians differ by less than this fraction are never called different, whatever their spread."""
+FLAT, PROPORTIONAL = 0.3, 0.7
+"""Step time ~ batch**k: k at most FLAT reads as flat (fixed costs per step), k at least PROPORTIONAL as arithmetic."""
+LAUNCH_BOUND, BUSY = 0.5, 0.8
+"""Fractions of a step the device was busy: below LAUNCH_BOUND it mostly waited for the CPU; from BUSY up, it was
+the arithmetic that set the pace."""
+
+_PARENT = {"workers": "lab", "pinned": "workers", "wrapper": "lab", "indexed": "wrapper", "resident": "indexed"}
 
 
-def pipeline_title(name: str, workers: int = 2, pinned: bool = False) -> str:
-    """A short description of a pipeline, for tables and plots."""
+def default_pipelines(device: str | torch.device) -> tuple[str, ...]:
+    """The rows worth timing on ``device``.
+
+    Pinned memory speeds up copies from the CPU to a CUDA GPU, so that row needs one. On the CPU the data is already
+    in the device's memory, so "batched by index in CPU memory, copied per batch" and "kept on the device" are one
+    row (``resident``).
+    """
+    kind = torch.device(device).type
+    return tuple(p for p in PIPELINES if (p != "pinned" or kind == "cuda") and (p != "indexed" or kind != "cpu"))
+
+
+def absent_rows(device: str | torch.device) -> list[str]:
+    """One line for each row ``default_pipelines`` leaves out on ``device``, and why."""
+    kind = torch.device(device).type
+    lines = []
+    if kind != "cuda":
+        lines.append(
+            f"No pinned-memory row: page-locked batches speed up copies from the CPU to a CUDA GPU, and this run's "
+            f"device is {kind}."
+        )
+    if kind == "cpu":
+        lines.append(
+            "No separate row for indexing in CPU memory with a copy per batch: on the CPU that is the same as keeping "
+            "the data on the device."
+        )
+    return lines
+
+
+def parent_of(name: str, present: Sequence[str]) -> str | None:
+    """The row that ``name`` changes one thing from (None for the lab's), skipping rows absent from ``present``."""
+    parent = _PARENT.get(name)
+    while parent is not None and parent not in present:
+        parent = _PARENT.get(parent)
+    return parent
+
+
+def change_of(name: str, present: Sequence[str], workers: int = 2) -> str:
+    """What row ``name`` changes from its parent, in a few words."""
+    if name == "resident" and parent_of(name, present) == "wrapper":
+        return "batched by index (DeviceResidentLoader)"
     return {
         "lab": "DataLoader, per-sample transforms (the lab)",
-        "workers": f"DataLoader, {workers} workers" + (", pinned memory" if pinned else ""),
-        "wrapper": "DeviceDataLoader, tensors converted once",
-        "resident": "DeviceResidentLoader, all on the device",
+        "workers": f"{workers} worker processes",
+        "pinned": "pinned memory, non-blocking copies",
+        "wrapper": "converted once (DeviceDataLoader)",
+        "indexed": "batched by index, copied per batch",
+        "resident": "all on the device (DeviceResidentLoader)",
     }[name]
+
+
+def pipeline_title(name: str, present: Sequence[str] = PIPELINES, workers: int = 2) -> str:
+    """A row's title for tables and plots: "3. row 1 + converted once (DeviceDataLoader)"."""
+    number = {p: i + 1 for i, p in enumerate(present)}
+    parent = parent_of(name, present)
+    change = change_of(name, present, workers)
+    return f"{number[name]}. {change}" if parent is None else f"{number[name]}. row {number[parent]} + {change}"
 
 
 @dataclass
 class Measurement:
-    """One pipeline on one task: seconds per run of ``images`` images (median of repeats)."""
+    """One pipeline on one task: seconds per run of ``batches`` batches, ``images`` images (median of repeats).
+
+    ``busy`` is the seconds per batch the device itself was busy (from the profiler), where that was measured.
+    """
 
     pipeline: str
     task: str
     images: int
     seconds: float
     times: list[float] = field(repr=False, default_factory=list)
+    batches: int = 0
+    busy: float | None = None
 
     @property
     def images_per_second(self) -> float:
         return self.images / self.seconds
 
+    @property
+    def spread(self) -> float:
+        """(slowest - fastest) / median of the repeats; 0 with a single repeat."""
+        return (max(self.times) - min(self.times)) / self.seconds if len(self.times) > 1 else 0.0
+
+    @property
+    def step_seconds(self) -> float:
+        """Median seconds per batch."""
+        return self.seconds / self.batches
+
+    def per_batch(self) -> list[float]:
+        """Each repeat's seconds per batch."""
+        return [t / self.batches for t in self.times]
+
+    def per_image(self) -> list[float]:
+        """Each repeat's seconds per image."""
+        return [t / self.images for t in self.times]
+
+
+# --- judging measurements ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How a timed thing compares with a reference: ``ratio`` is the reference's median time over its own."""
+
+    ratio: float
+    clear: bool
+    spread: float
+    """The larger relative spread (slowest - fastest) / median of the two sets of repeats."""
+    overlap: bool = False
+    """Whether the two ranges of repeats (fastest to slowest) overlap."""
+    min_noise: float = MIN_NOISE
+
+    @property
+    def why_unclear(self) -> str:
+        """Why a difference is not called: inside the spread, or too small to call at all."""
+        if self.overlap:
+            return f"inside the {self.spread:.0%} spread of the repeats"
+        return f"less than the {self.min_noise:.0%} below which no difference is called"
+
+    @property
+    def verdict(self) -> str:
+        """One of "faster", "slower" or "no clear difference"."""
+        if not self.clear:
+            return "no clear difference"
+        return "faster" if self.ratio > 1 else "slower"
+
+
+def compare(times: Sequence[float], reference: Sequence[float], min_noise: float = MIN_NOISE) -> Comparison:
+    """Compare repeats ``times`` with ``reference`` (seconds for the same amount of work).
+
+    The difference is clear only when the two ranges of repeats (fastest to slowest) do not overlap, so that it is
+    larger than the spread of the measurements, and the medians differ by more than ``min_noise``.
+    """
+    for label, values in (("times", times), ("reference", reference)):
+        if len(values) == 0 or any(not t > 0 for t in values):
+            raise ValueError(f"{label} must be one or more positive seconds, got {list(values)}.")
+    mine, ref = statistics.median(times), statistics.median(reference)
+    ratio = ref / mine
+    overlap = min(times) <= max(reference) and min(reference) <= max(times)
+    spread = max((max(v) - min(v)) / statistics.median(v) for v in (times, reference))
+    clear = not overlap and abs(math.log(ratio)) > math.log1p(min_noise)
+    return Comparison(ratio, clear, spread, overlap, min_noise)
+
+
+def ratio_text(ratio: float) -> str:
+    """How tables and sentences print a ratio, so that the two always agree: 0.83x, 12.50x, 300.6x."""
+    return f"{ratio:.2f}x" if ratio < 100 else f"{ratio:.1f}x"
+
+
+def _verdict_text(c: Comparison) -> str:
+    if c.clear:
+        return c.verdict
+    return f"no clear difference ({c.why_unclear})"
+
+
+def diagnose_steps(
+    steps: dict[int, Sequence[float]], busy: dict[int, float] | None = None, label: str = ""
+) -> tuple[str, list[str]]:
+    """What bounds a training step, from its seconds per step (repeats) at two or more batch sizes.
+
+    Step time that stays flat as the batch grows means fixed costs per step (Python, launching each kernel, the
+    optimizer) set the pace: "overhead-bound". Step time that grows in proportion to the batch means the arithmetic
+    does: "compute-bound". ``busy[batch]``, seconds per step the device was busy (a GPU profiler's figure), adds a
+    second test: a device busy for less than half of the step spent the rest waiting for the CPU. A growth inside the
+    spread of the repeats counts as flat, one whose repeats overlap the proportional growth as proportional; where
+    both hold, the kind is "unclear". Returns the kind and the sentences; ``label`` (a device name) starts each one.
+    """
+    if len(steps) < 2:
+        raise ValueError(f"Need step times at two or more batch sizes, got {sorted(steps)}.")
+    small, large = min(steps), max(steps)
+    t_small, t_large = statistics.median(steps[small]), statistics.median(steps[large])
+    growth, size = t_large / t_small, large / small
+    c = compare(steps[small], steps[large])  # clear: the step time did change with the batch
+    away = compare([t * size for t in steps[small]], steps[large])  # clear: it did not grow in proportion
+    exponent = math.log(growth) / math.log(size) if c.clear else 0.0
+    head = f"{label}: " if label else ""
+    seen = (
+        f"{format_seconds(t_small)} a step at batch {small}, {format_seconds(t_large)} at batch {large}, "
+        f"{ratio_text(growth)} the time for {size:g}x the images"
+    )
+    seen += "" if c.clear else f" ({c.why_unclear})"
+    if not c.clear and not away.clear:
+        kind = "unclear"
+        what = (
+            f"the repeats spread too widely to tell a flat step time from one in proportion to the batch: {seen}. "
+            "Time more images per run, on a quieter machine, before drawing a conclusion"
+        )
+    elif not c.clear or (away.clear and exponent <= FLAT):
+        kind = "overhead-bound"
+        shape = "did not grow with the batch" if growth < 1 else "stayed nearly flat"
+        what = (
+            f"step time {shape}: {seen}. Fixed costs per step (Python, dispatching or launching each operation, the "
+            "optimizer) set the pace, not arithmetic, so a larger batch trains more images per second almost for free"
+        )
+    elif not away.clear or exponent >= PROPORTIONAL:
+        kind = "compute-bound"
+        what = (
+            f"step time grew about in proportion to the batch: {seen}. The arithmetic sets the pace, so a larger "
+            "batch brings few extra images per second"
+        )
+    else:
+        kind = "in between"
+        what = (
+            f"step time grew, but less than the batch did: {seen}. Part of each step is a fixed cost and part is "
+            "arithmetic that grows with the batch, so a larger batch raises images per second, less than in proportion"
+        )
+    lines = [f"{head}{what}."]
+    for batch, seconds in sorted((busy or {}).items()):
+        wall = statistics.median(steps[batch])
+        share = seconds / wall
+        if share < LAUNCH_BOUND:
+            how = "the rest of the time it waited for the CPU to launch work: launch-bound at this batch size"
+        elif share >= BUSY:
+            how = "its own arithmetic fills the step"
+        else:
+            how = "for a good part of the step it waited for the CPU"
+        lines.append(
+            f"{head}at batch {batch} the device was busy {format_seconds(seconds)} of the {format_seconds(wall)} "
+            f"step ({share:.0%}); {how}."
+        )
+    return kind, lines
+
+
+def rate_trend(per_image: dict[int, Sequence[float]], label: str = "") -> str:
+    """One sentence on images/s across batch sizes, from seconds per image (repeats) at each size.
+
+    Each step from one batch size to the next is called a rise, a fall or level (no clear difference), and runs of
+    the same kind are joined: "rose from batch 32 to batch 512 (3.10x), then levelled off to batch 2048 (1.02x)".
+    """
+    if len(per_image) < 2:
+        raise ValueError(f"Need images/s at two or more batch sizes, got {sorted(per_image)}.")
+    sizes = sorted(per_image)
+    steps = []
+    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
+        c = compare(per_image[b], per_image[a])  # ratio > 1: batch b trained more images per second
+        steps.append((c.verdict, a, b))
+    runs: list[list[Any]] = []
+    for verdict, a, b in steps:
+        if runs and runs[-1][0] == verdict:
+            runs[-1][2] = b
+        else:
+            runs.append([verdict, a, b])
+    parts = []
+    for i, (verdict, a, b) in enumerate(runs):
+        gain = statistics.median(per_image[a]) / statistics.median(per_image[b])
+        if verdict == "faster":
+            word = "rose"
+        elif verdict == "slower":
+            word = "fell"
+        else:
+            word = "levelled off" if i > 0 and runs[i - 1][0] == "faster" else "stayed level"
+        if i == 0:
+            parts.append(f"{word} from batch {a} to batch {b} ({ratio_text(gain)})")
+        else:
+            parts.append(f"then {word} to batch {b} ({ratio_text(gain)})")
+    head = f"{label}: " if label else ""
+    return f"{head}images per second {', '.join(parts)}."
+
+
+def agreement(label: str, times: Sequence[float], other: str, other_times: Sequence[float]) -> str:
+    """A sentence saying whether two measurements of the same thing (seconds, repeats) agree within their spread."""
+    c = compare(times, other_times)
+    mine, theirs = statistics.median(times), statistics.median(other_times)
+    seen = f"{label} ({format_seconds(mine)}) and {other} ({format_seconds(theirs)})"
+    if not c.clear:
+        return f"{seen} agree within the spread of their repeats."
+    return (
+        f"{seen} differ by {ratio_text(max(c.ratio, 1 / c.ratio))}, more than the spread of their repeats: they ran "
+        "at different moments, so treat both with care and rerun the two cells to compare them."
+    )
+
+
+# --- running the pipelines -------------------------------------------------------------------------------------
+
 
 def make_pipeline(
     name: str, dataset: Any, device: torch.device, batch_size: int = 128, workers: int = 2, seed: int = 0
 ) -> Iterable:
-    """The iterable of (X, y) batches for pipeline ``name``; batches of "lab" and "workers" are still on the CPU.
+    """The iterable of (X, y) batches for row ``name``; batches of "lab", "workers", "pinned" and "indexed" are
+    still on the CPU (the runner copies them).
 
     ``dataset`` is a torchvision MNIST-style dataset whose transform is ToTensor + Normalize (or a Subset of one).
     """
     g = torch.Generator().manual_seed(seed)
     if name == "lab":
         return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=g)
-    if name == "workers":
+    if name in ("workers", "pinned"):
         return DataLoader(
             dataset,
             batch_size=batch_size,
@@ -79,12 +345,14 @@ def make_pipeline(
             generator=g,
             num_workers=workers,
             persistent_workers=workers > 0,  # start the worker processes once, not every epoch
-            pin_memory=device.type == "cuda",  # page-locked batches copy faster and can overlap with compute
+            pin_memory=name == "pinned",  # page-locked batches copy faster and can overlap with compute
         )
     if name == "wrapper":
         cpu = DeviceResidentLoader.from_dataset(dataset, "cpu", batch_size, shuffle=False)  # convert once, on the CPU
         tensors = TensorDataset(cpu.images, cpu.labels)
         return DeviceDataLoader(DataLoader(tensors, batch_size=batch_size, shuffle=True, generator=g), device)
+    if name == "indexed":
+        return DeviceResidentLoader.from_dataset(dataset, "cpu", batch_size, shuffle=True, seed=seed)
     if name == "resident":
         return DeviceResidentLoader.from_dataset(dataset, device, batch_size, shuffle=True, seed=seed)
     raise ValueError(f"Unknown pipeline {name!r}; choose one of {', '.join(PIPELINES)}.")
@@ -114,15 +382,46 @@ class _Runner:
         self.loader, self.device = loader, device
         self.step = _step_fn(task, device, seed)
         self.non_blocking = bool(getattr(loader, "pin_memory", False))
-        self.images = 0
+        self.images = self.batches = 0
 
     def __call__(self, batches: int | None) -> None:
-        count = 0
+        images = count = 0
         for X, y in islice(iter(self.loader), batches):  # each call starts a new pass: a new shuffle
             X, y = to_device((X, y), self.device, self.non_blocking)
             self.step(X, y)
-            count += len(y)
-        self.images = count
+            images += len(y)
+            count += 1
+        self.images, self.batches = images, count
+
+
+def busy_seconds(events: Iterable[Any]) -> float:
+    """Seconds the device was busy, from a profiler's events: the sum of its kernels' and copies' own time."""
+    from torch.autograd import DeviceType
+
+    device_types = {DeviceType.CUDA, DeviceType.XPU, DeviceType.PrivateUse1}
+    return 1e-6 * sum(
+        e.self_device_time_total
+        for e in events
+        if e.device_type in device_types and not getattr(e, "is_user_annotation", False)
+    )
+
+
+def device_busy(fn: Callable[[], None], device: torch.device) -> float | None:
+    """Seconds a CUDA device was busy during one call of ``fn``, from torch.profiler; None on other devices.
+
+    A CPU runs the Python and the arithmetic on the same cores, so there "busy" cannot be told apart from wall time.
+    """
+    if device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    devices.synchronize(device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the profiler's notes on its own set-up are not the lesson's subject
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            fn()
+            devices.synchronize(device)
+    return busy_seconds(prof.events())
 
 
 def measure(
@@ -134,16 +433,23 @@ def measure(
     warmup_batches: int = 3,
     seed: int = 0,
     pipeline: str = "",
+    profile_batches: int = 0,
 ) -> Measurement:
     """Time ``batches`` batches (None: a whole epoch) of ``loader`` on ``task``; median of ``repeats`` runs.
 
     Each run starts a new pass over the loader, moves every batch to ``device`` (a no-op when it is there already)
-    and applies the task. A few warm-up batches first start worker processes and let the device settle.
+    and applies the task. A few warm-up batches first start worker processes and let the device settle. With
+    ``profile_batches`` on a CUDA device, that many more batches run under the profiler to find the device's busy time
+    per batch (``Measurement.busy``).
     """
     run = _Runner(loader, task, device, seed)
     run(warmup_batches)
     timing = time_on_device(lambda: run(batches), device, repeats=repeats, warmup=0)
-    return Measurement(pipeline, task, run.images, timing.median, timing.times)
+    m = Measurement(pipeline, task, run.images, timing.median, timing.times, run.batches)
+    if profile_batches > 0:
+        busy = device_busy(lambda: run(profile_batches), device)
+        m.busy = None if busy is None else busy / run.batches
+    return m
 
 
 def run_benchmark(
@@ -152,17 +458,18 @@ def run_benchmark(
     batches: int | None = 200,
     repeats: int = 3,
     workers: int = 2,
-    pipelines: Iterable[str] = PIPELINES,
+    pipelines: Iterable[str] | None = None,
     tasks: Iterable[str] = TASKS,
     batch_size: int = 128,
     warmup_batches: int = 3,
     progress: Callable[[str], None] | None = None,
 ) -> list[Measurement]:
-    """Every pipeline on every task, on one device, in this process.
+    """Every pipeline (default: ``default_pipelines(device)``) on every task, on one device, in this process.
 
     The repeats are interleaved (round 1 of every pipeline and task, then round 2, ...), so that a machine whose load
     changes during the run slows every figure alike instead of a few; each figure is the median of its rounds.
     """
+    pipelines = default_pipelines(device) if pipelines is None else tuple(pipelines)
     loaders = {name: make_pipeline(name, dataset, device, batch_size, workers) for name in pipelines}
     jobs = [(name, task) for name in loaders for task in tasks]
     runners = {job: _Runner(loaders[job[0]], job[1], device) for job in jobs}
@@ -176,7 +483,29 @@ def run_benchmark(
             progress(f"round {r + 1} of {repeats}")
         for job, run in runners.items():
             times[job] += time_on_device(lambda run=run: run(batches), device, repeats=1, warmup=0).times
-    return [Measurement(p, t, runners[(p, t)].images, statistics.median(times[(p, t)]), times[(p, t)]) for p, t in jobs]
+    return [
+        Measurement(p, t, run.images, statistics.median(times[(p, t)]), times[(p, t)], run.batches)
+        for (p, t), run in runners.items()
+    ]
+
+
+# --- what the pipeline table and its sentences say -------------------------------------------------------------
+
+
+def _present(results: list[Measurement]) -> list[str]:
+    return [p for p in PIPELINES if any(m.pipeline == p for m in results)]
+
+
+def row_comparisons(results: list[Measurement]) -> dict[tuple[str, str], Comparison]:
+    """Each (row, task) against the same task in the row it changes one thing from: what table and sentences use."""
+    by = {(m.pipeline, m.task): m for m in results}
+    present = _present(results)
+    out = {}
+    for (p, t), m in by.items():
+        parent = parent_of(p, present)
+        if parent is not None and (parent, t) in by:
+            out[(p, t)] = compare(m.per_image(), by[(parent, t)].per_image())
+    return out
 
 
 def speedups(results: list[Measurement], baseline: str = "lab") -> dict[tuple[str, str], float]:
@@ -185,105 +514,193 @@ def speedups(results: list[Measurement], baseline: str = "lab") -> dict[tuple[st
     return {(m.pipeline, m.task): m.images_per_second / base[m.task] for m in results if m.task in base}
 
 
-def format_table(results: list[Measurement], epoch_images: int, workers: int = 2, pinned: bool = False) -> str:
-    """The benchmark table: images/s and the ratio to the lab's setup per task, and the CNN's epoch time."""
-    ratio = speedups(results)
+def format_table(results: list[Measurement], epoch_images: int | None = None, workers: int = 2) -> str:
+    """The table: per task, "img/s (spread) ratio", the ratio being to the images/s of the row it changes from.
+
+    With ``epoch_images``, a last column gives the time of an epoch of that many images at the CNN's rate.
+    """
+    present = _present(results)
     tasks = [t for t in TASKS if any(m.task == t for m in results)]
     by = {(m.pipeline, m.task): m for m in results}
-    pipes = [p for p in PIPELINES if any(m.pipeline == p for m in results)]
-    titles = {p: pipeline_title(p, workers, pinned) for p in pipes}
-    head = ["pipeline"] + [f"{TASK_TITLES[t]} img/s (x lab)" for t in tasks] + [f"{TASK_TITLES[tasks[-1]]} epoch"]
+    versus = row_comparisons(results)
+    head = ["row: one change from an earlier row"] + [TASK_TITLES[t] for t in tasks]
+    if epoch_images:
+        head.append(f"{TASK_TITLES[tasks[-1]]} epoch")
     rows = []
-    for p in pipes:
-        cells = [titles[p]]
+    for p in present:
+        cells = [pipeline_title(p, present, workers)]
         for t in tasks:
             m = by[(p, t)]
-            cells.append(f"{m.images_per_second:>10,.0f} ({ratio[(p, t)]:.1f}x)")
-        cells.append(f"{epoch_images / by[(p, tasks[-1])].images_per_second:.1f} s")
+            ratio = ratio_text(versus[(p, t)].ratio) if (p, t) in versus else "-"
+            cells.append(f"{m.images_per_second:,.0f} ({m.spread:.0%}) {ratio:>6}")
+        if epoch_images:
+            cells.append(f"{epoch_images / by[(p, tasks[-1])].images_per_second:.1f} s")
         rows.append(cells)
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     fmt = "  ".join(f"{{:<{widths[0]}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
     return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths)), *(fmt.format(*r) for r in rows)])
 
 
+def findings(results: list[Measurement], workers: int = 2) -> list[str]:
+    """Sentences on what this run measured, each decided from its own numbers by ``compare`` (none written in advance).
+
+    One per row against the row it changes from, with the ratios the table prints; then, for the last row, how much
+    of a training step feeding the data took.
+    """
+    present = _present(results)
+    tasks = [t for t in TASKS if any(m.task == t for m in results)]
+    number = {p: i + 1 for i, p in enumerate(present)}
+    versus = row_comparisons(results)
+    lines = []
+    for p in present:
+        parent = parent_of(p, present)
+        if parent is None:
+            continue
+        parts = [
+            f"{TASK_TITLES[t]} {ratio_text(versus[(p, t)].ratio)}, {_verdict_text(versus[(p, t)])}"
+            for t in tasks
+            if (p, t) in versus
+        ]
+        lines.append(
+            f"Row {number[p]}, {change_of(p, present, workers)}, against row {number[parent]} (images/s ratio): "
+            f"{'; '.join(parts)}."
+        )
+    by = {(m.pipeline, m.task): m for m in results}
+    last = present[-1]
+    if (last, "data") in by:
+        for t in ("linear", "cnn"):
+            if (last, t) not in by or not by[(last, t)].batches or not by[(last, "data")].batches:
+                continue
+            feed, step = by[(last, "data")].step_seconds, by[(last, t)].step_seconds
+            share = min(feed / step, 1.0)
+            if share < 0.2:
+                verdict = "the model's own step, not the data, sets the pace"
+            elif share > 0.5:
+                verdict = "feeding the data is still most of the step"
+            else:
+                verdict = "feeding the data and the model's step both matter"
+            lines.append(
+                f"In row {number[last]} with the {TASK_TITLES[t]}, feeding a batch took {format_seconds(feed)} of a "
+                f"{format_seconds(step)} step ({share:.0%}): {verdict}."
+            )
+    return lines
+
+
 def goal_lines(results: list[Measurement]) -> list[str]:
-    """One line per task: the resident pipeline's speed-up against its goal."""
+    """One line per task: the last row's speed-up over the lab's setup against its goal."""
+    present = _present(results)
     ratio = speedups(results)
+    by = {(m.pipeline, m.task): m for m in results}
+    last = present[-1]
     lines: list[str] = []
     for task, goal in GOALS.items():
-        if ("resident", task) in ratio:
-            got = ratio[("resident", task)]
+        if (last, task) in ratio and ("lab", task) in by and last != "lab":
+            got = ratio[(last, task)]
             verdict = "met" if got >= goal else "not met"
-            title = TASK_TITLES[task]
-            lines.append(f"  {title:<13} resident {got:7.1f}x the lab's images/s (goal >= {goal:g}x: {verdict})")
-    return lines
-
-
-def findings(results: list[Measurement], workers: int = 2) -> list[str]:
-    """Sentences on what this run measured, each chosen from its own numbers (not written in advance)."""
-    r = speedups(results)
-    lines: list[str] = []
-    if ("resident", "data") in r:
-        res = r[("resident", "data")]
-        lines.append(f"Data only, the device-resident pipeline delivered {res:,.1f}x the lab's images/s.")
-    if ("workers", "data") in r:
-        w = r[("workers", "data")]
-        if w < 0.9:
-            how = f"slowed the DataLoader down ({w:.1f}x the lab's rate): on {os.cpu_count()} CPU cores they compete"
-            how += " with the main process instead of running beside it"
-        elif w <= 1.1:
-            how = f"made little difference ({w:.1f}x the lab's rate) on {os.cpu_count()} CPU cores"
-        else:
-            how = f"sped the DataLoader up {w:.1f}x by preparing batches on other cores ({os.cpu_count()} here)"
-        lines.append(f"{workers} worker processes {how}.")
-    if ("wrapper", "data") in r and ("resident", "data") in r:
-        wr, res = r[("wrapper", "data")], r[("resident", "data")]
-        tail = (
-            f"batching by index on the device was {res / wr:.1f}x faster again"
-            if res > wr
-            else "batching by index on the device was no faster here"
-        )
-        lines.append(f"Converting the images once (the wrapper) gave {wr:.1f}x the lab's rate; {tail}.")
-    if ("resident", "linear") in r and ("resident", "cnn") in r:
-        lin, cnn = r[("resident", "linear")], r[("resident", "cnn")]
-        if cnn < lin:
+            mine, lab = by[(last, task)].images_per_second, by[("lab", task)].images_per_second
+            rates = f"{mine:,.0f} against {lab:,.0f} img/s"
             lines.append(
-                f"With a model to train, the gain shrinks to what the model's own step allows: {lin:.1f}x with the "
-                f"linear model, {cnn:.1f}x with the CNN, whose arithmetic per image now dominates."
+                f"  {TASK_TITLES[task]:<13} row {len(present)} {ratio_text(got):>7} the lab's images/s ({rates}; "
+                f"goal >= {goal:g}x: {verdict})"
             )
-        else:
-            lines.append(f"With a model to train, the resident pipeline gave {lin:.1f}x (linear) and {cnn:.1f}x (CNN).")
     return lines
 
 
-def grid_findings(rates: dict[str, dict[int, float]]) -> list[str]:
-    """Sentences on the batch-size experiment, ``rates[device][batch_size]`` in images/s, from its own numbers."""
+# --- the batch-size experiment ---------------------------------------------------------------------------------
+
+
+def format_grid(grid: dict[str, dict[int, Measurement]], epoch_images: int | None = None) -> str:
+    """A table of step time per batch size and device: median, spread of the repeats, images/s, busy share."""
+    head = ["device", "batch", "ms per step", "spread", "images/s"]
+    busy = any(m.busy is not None for per in grid.values() for m in per.values())
+    if busy:
+        head.append("device busy")
+    if epoch_images:
+        head.append("epoch")
+    rows = []
+    for dev, per_size in grid.items():
+        for bs in sorted(per_size):
+            m = per_size[bs]
+            cells = [dev, str(bs), f"{m.step_seconds * 1e3:.2f}", f"{m.spread:.0%}", f"{m.images_per_second:,.0f}"]
+            if busy:
+                cells.append("-" if m.busy is None else f"{m.busy / m.step_seconds:.0%}")
+            if epoch_images:
+                cells.append(f"{epoch_images / m.images_per_second:.1f} s")
+            rows.append(cells)
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
+    return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths)), *(fmt.format(*r) for r in rows)])
+
+
+def grid_findings(grid: dict[str, dict[int, Measurement]]) -> list[str]:
+    """Sentences on the batch-size experiment, ``grid[device][batch_size]``, each decided from its own numbers."""
     lines = []
-    for dev, per_size in rates.items():
-        small, large = min(per_size), max(per_size)
-        gain = per_size[large] / per_size[small]
-        lines.append(f"{dev}: batch {large} trained {gain:.1f}x as many images/s as batch {small}.")
-    if "cpu" in rates and len(rates) > 1:
-        for dev, per_size in rates.items():
+    for dev, per_size in grid.items():
+        if len(per_size) < 2:
+            continue
+        lines.append(rate_trend({bs: m.per_image() for bs, m in per_size.items()}, dev))
+        busy = {bs: m.busy for bs, m in per_size.items() if m.busy is not None}
+        lines += diagnose_steps({bs: m.per_batch() for bs, m in per_size.items()}, busy, dev)[1]
+    if "cpu" in grid and len(grid) > 1:
+        for dev, per_size in grid.items():
             if dev == "cpu":
                 continue
-            shared = sorted(set(per_size) & set(rates["cpu"]))
-            ratios = ", ".join(f"{per_size[b] / rates['cpu'][b]:.1f}x at batch {b}" for b in shared)
-            lines.append(f"{dev} against the CPU: {ratios}.")
+            shared = sorted(set(per_size) & set(grid["cpu"]))
+            parts = []
+            for b in shared:
+                c = compare(per_size[b].per_image(), grid["cpu"][b].per_image())
+                parts.append(f"{ratio_text(c.ratio)} at batch {b}" + ("" if c.clear else " (no clear difference)"))
+            lines.append(f"{dev} against the CPU, images per second: {', '.join(parts)}.")
     return lines
+
+
+# --- the command line ------------------------------------------------------------------------------------------
+
+
+def _positive(what: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a whole number, got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{what} must be at least 1, got {value}")
+        return value
+
+    return parse
+
+
+def _dataset(text: str) -> str:
+    try:
+        return data.canonical_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _folder(text: str) -> str:
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{text} is a file, not a folder; give the folder that holds (or will hold) the data sets, e.g. ./data"
+        )
+    return text
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m helpers.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", help="device to run on (default: auto, as pick_device chooses)")
-    parser.add_argument("--dataset", default="MNIST", help="MNIST (default) or FashionMNIST (available offline)")
+    parser.add_argument(
+        "--dataset", default="MNIST", type=_dataset, help="MNIST (default) or FashionMNIST (available offline)"
+    )
     parser.add_argument("--quick", action="store_true", help="a short run: 30 batches per measurement")
     parser.add_argument("--batches", type=int, help="batches per timed run (default 200, 30 with --quick; 0: an epoch)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per figure; the median is reported")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader worker processes (default 2)")
     parser.add_argument("--batch-size", type=int, default=128, help="images per batch (default 128, as in the lab)")
-    parser.add_argument("--subset", type=int, help="use only the first N training images (for tests)")
-    parser.add_argument("--data-dir", help=f"data root (default ${data.ENV_DATA_DIR} or ./data)")
+    parser.add_argument(
+        "--subset", type=_positive("--subset"), help="use only the first N training images, N >= 1 (for tests)"
+    )
+    parser.add_argument("--data-dir", type=_folder, help=f"data folder (default ${data.ENV_DATA_DIR} or ./data)")
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.workers < 0 or args.batch_size < 1 or (args.batches or 0) < 0:
         parser.error("--repeats and --batch-size must be at least 1; --batches and --workers at least 0.")
@@ -303,9 +720,8 @@ def main(argv: list[str] | None = None) -> int:
         dataset = Subset(dataset, range(min(args.subset, len(dataset))))
     batches = args.batches if args.batches is not None else (30 if args.quick else 200)
     batches = batches or None  # 0 means a whole epoch
-    pinned = device.type == "cuda"
     print(
-        f"Pipeline benchmark: {data.canonical_name(args.dataset)} ({len(dataset):,} training images) on {device}, "
+        f"Pipeline benchmark: {args.dataset} ({len(dataset):,} training images) on {device}, "
         f"batch {args.batch_size}, {'a whole epoch' if batches is None else f'{batches} batches'} per run, "
         f"median of {args.repeats} interleaved runs after warm-up; torch {torch.__version__}, "
         f"{torch.get_num_threads()} CPU threads, {os.cpu_count()} CPUs",
@@ -320,8 +736,13 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=args.batch_size,
         progress=lambda what: print(f"  {what} ...", file=sys.stderr, flush=True),
     )
-    print(format_table(results, len(dataset), args.workers, pinned))
-    print("Epoch: time for all training images at the CNN's rate. Resident pipeline against the goals:")
+    print(format_table(results, len(dataset), args.workers))
+    print("Each cell: images/s (median of the repeats), their spread (slowest minus fastest, over the median), and the")
+    print("ratio to the images/s of the row named in the first column.")
+    print("Epoch: time for all training images at the CNN's rate.")
+    for line in absent_rows(device) + findings(results, args.workers):
+        print("-", line)
+    print("The last row against the lab's setup, and the goals:")
     print("\n".join(goal_lines(results)))
     return 0
 

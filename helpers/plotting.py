@@ -79,6 +79,31 @@ def batch_size_curves(rates: dict[str, dict[int, float]], ax: plt.Axes | None = 
     return ax
 
 
+def step_time_curves(step_seconds: dict[str, dict[int, float]], ax: plt.Axes | None = None) -> plt.Axes:
+    """Milliseconds per training step against batch size, one line per device: ``step_seconds[device][batch]``.
+
+    Two grey guides start at each device's smallest batch: flat (fixed costs per step set the pace) and in proportion
+    to the batch (arithmetic does). Where a line runs between them shows what bounds the step.
+    """
+    ax = new_axes(ax)
+    for i, (device, per_size) in enumerate(step_seconds.items()):
+        sizes = sorted(per_size)
+        ms = [per_size[s] * 1e3 for s in sizes]
+        ax.plot(sizes, ms, marker="o", color=f"C{i}", label=device)
+        first = sizes[0]
+        ax.plot(sizes, [ms[0]] * len(sizes), color="grey", linestyle=":", linewidth=1)
+        ax.plot(sizes, [ms[0] * s / first for s in sizes], color="grey", linestyle="--", linewidth=1)
+    ax.plot([], [], color="grey", linestyle=":", label="flat: fixed costs per step")
+    ax.plot([], [], color="grey", linestyle="--", label="in proportion: arithmetic")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("milliseconds per training step")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    return ax
+
+
 def training_curves(history, axes=None) -> list[plt.Axes]:
     """Loss and accuracy per epoch, training and validation, from a ``helpers.training.History``."""
     if axes is None:

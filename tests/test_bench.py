@@ -1,8 +1,13 @@
-"""helpers.bench runs end to end on a small subset and prints its table (no timing is asserted)."""
+"""helpers.bench: one change per row, a table and sentences drawn from the same numbers, and a run end to end."""
 
 from __future__ import annotations
 
+import random
+import re
+
 import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import bench, data
 
@@ -11,13 +16,16 @@ def test_quick_run_prints_the_table(capsys):
     if not data.is_present("FashionMNIST") and not data.prepare_offline("FashionMNIST"):
         pytest.skip("Fashion-MNIST is not available offline on this machine")
     argv = ["--quick", "--dataset", "FashionMNIST", "--device", "cpu", "--subset", "640", "--batches", "2"]
-    assert bench.main([*argv, "--repeats", "1", "--workers", "1"]) == 0
+    assert bench.main([*argv, "--repeats", "2", "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "FashionMNIST (640 training images) on cpu" in out
-    for pipeline in bench.PIPELINES:
-        assert bench.pipeline_title(pipeline, workers=1) in out
-    assert "(1.0x)" in out  # the lab's own row
+    present = bench.default_pipelines("cpu")
+    for pipeline in present:
+        assert bench.pipeline_title(pipeline, present, workers=1) in out
+    assert "2. row 1 + 1 worker processes" in out and "4. row 3 + batched by index" in out
+    assert "No pinned-memory row" in out
     assert out.count("goal >=") == 3
+    assert len(re.findall(r"^- Row \d, .* against row \d \(images/s ratio\): ", out, re.M)) == 3
 
 
 def test_bad_arguments_exit_with_usage():
@@ -26,39 +34,157 @@ def test_bad_arguments_exit_with_usage():
     assert bench.main(["--device", "tpu", "--subset", "10"]) == 2
 
 
+# --- one change per row ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("device", "rows"),
+    [
+        ("cuda", ("lab", "workers", "pinned", "wrapper", "indexed", "resident")),
+        ("mps", ("lab", "workers", "wrapper", "indexed", "resident")),
+        ("cpu", ("lab", "workers", "wrapper", "resident")),
+    ],
+)
+def test_rows_per_device_and_what_each_changes_from(device, rows):
+    assert bench.default_pipelines(device) == rows
+    parents = {p: bench.parent_of(p, rows) for p in rows}
+    assert parents["lab"] is None and parents["workers"] == "lab" and parents["wrapper"] == "lab"
+    assert parents["resident"] == ("indexed" if "indexed" in rows else "wrapper")
+    if "pinned" in rows:
+        assert parents["pinned"] == "workers"
+    assert len(bench.absent_rows(device)) == len(bench.PIPELINES) - len(rows)
+
+
+def _loader_settings(loader: DataLoader) -> dict:
+    return {
+        "workers": loader.num_workers,
+        "pinned": loader.pin_memory,
+        "batch": loader.batch_size,
+        "dataset": loader.dataset,
+    }
+
+
+def test_workers_and_pinned_rows_change_one_setting_each():
+    dataset = TensorDataset(torch.zeros(8, 1, 28, 28), torch.zeros(8, dtype=torch.long))
+    cuda = torch.device("cuda")  # nothing is moved: building the loaders needs no GPU
+    lab, workers, pinned = (bench.make_pipeline(p, dataset, cuda, 4, 2) for p in ("lab", "workers", "pinned"))
+    a, b, c = _loader_settings(lab), _loader_settings(workers), _loader_settings(pinned)
+    assert {k for k in a if a[k] != b[k]} == {"workers"}
+    assert {k for k in b if b[k] != c[k]} == {"pinned"}
+    assert not b["pinned"]  # the workers row alone: no pinned memory, even on a GPU
+
+
+# --- the table and its sentences come from the same numbers ---------------------------------------------------
+
+
+def _results(rates: dict[tuple[str, str], float], spread: float = 0.04) -> list[bench.Measurement]:
+    out = []
+    for (p, t), rate in rates.items():
+        s = 1000 / rate
+        out.append(bench.Measurement(p, t, 1000, s, [s * (1 - spread / 2), s, s * (1 + spread / 2)], batches=8))
+    return out
+
+
+def _random_results(rng: random.Random, rows: tuple[str, ...]) -> list[bench.Measurement]:
+    rates = {(p, t): 10 ** rng.uniform(2, 6) for p in rows for t in bench.TASKS}
+    return _results(rates, spread=rng.choice([0.02, 0.3, 1.0]))
+
+
+CELL = re.compile(r"([\d,]+) \((\d+)%\)\s+(-|[\d.]+x)")
+
+
+def _table_ratios(table: str) -> dict[int, list[str]]:
+    """Row number -> the ratio printed in each task's cell."""
+    rows = {}
+    for line in table.splitlines()[2:]:
+        number = int(line.split(".")[0])
+        rows[number] = [ratio for _, _, ratio in CELL.findall(line)]
+    return rows
+
+
+SENTENCE = re.compile(r"^Row (\d), .*, against row (\d) \(images/s ratio\): (.*)\.$")
+PART = re.compile(r"(data only|linear model|CNN) ([\d.]+x), (faster|slower|no clear difference)")
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_every_sentence_quotes_the_ratio_in_its_table_row(device):
+    rng = random.Random(5)
+    for _ in range(30):
+        results = _random_results(rng, bench.default_pipelines(device))
+        table = _table_ratios(bench.format_table(results, 55_000))
+        sentences = [s for s in bench.findings(results) if s.startswith("Row ")]
+        assert len(sentences) == len(table) - 1
+        for sentence in sentences:
+            row, parent, body = SENTENCE.match(sentence).groups()
+            parts = PART.findall(body)
+            assert [ratio for _, ratio, _ in parts] == table[int(row)]
+            for _, ratio, verdict in parts:  # and the verdict points the way the ratio does
+                value = float(ratio[:-1])
+                assert not (verdict == "faster" and value <= 1) and not (verdict == "slower" and value >= 1)
+        assert table[1] == ["-", "-", "-"]
+
+
+def test_findings_follow_the_numbers():
+    rates = {
+        ("lab", "data"): 1000, ("lab", "linear"): 900, ("lab", "cnn"): 300,
+        ("workers", "data"): 1010, ("workers", "linear"): 300, ("workers", "cnn"): 100,
+        ("wrapper", "data"): 9000, ("wrapper", "linear"): 3000, ("wrapper", "cnn"): 800,
+        ("resident", "data"): 300_000, ("resident", "linear"): 11_000, ("resident", "cnn"): 1000,
+    }  # fmt: skip
+    lines = bench.findings(_results(rates), workers=2)
+    assert lines[0] == (
+        "Row 2, 2 worker processes, against row 1 (images/s ratio): data only 1.01x, no clear difference (inside the "
+        "4% spread of the repeats); linear model 0.33x, slower; CNN 0.33x, slower."
+    )
+    assert lines[2].startswith("Row 4, batched by index (DeviceResidentLoader), against row 3 (images/s ratio): ")
+    assert "data only 33.33x, faster" in lines[2] and "CNN 1.25x, faster" in lines[2]
+    assert lines[4] == (
+        "In row 4 with the CNN, feeding a batch took 416.7 us of a 125.0 ms step (0%): the model's own step, not the "
+        "data, sets the pace."
+    )
+    slow_feed = {**rates, ("resident", "data"): 1500, ("resident", "linear"): 1000}
+    assert "feeding the data is still most of the step" in bench.findings(_results(slow_feed))[3]
+    goals = bench.goal_lines(_results(rates))
+    assert goals[0].startswith("  data only     row 4  300.0x the lab's images/s ")
+    assert goals[0].endswith("(300,000 against 1,000 img/s; goal >= 100x: met)")
+    assert goals[2].endswith("(1,000 against 300 img/s; goal >= 2x: met)")
+
+
 def test_speedups_divide_by_the_lab():
     results = [
-        bench.Measurement("lab", "data", images=100, seconds=1.0),
-        bench.Measurement("resident", "data", images=100, seconds=0.01),
+        bench.Measurement("lab", "data", images=100, seconds=1.0, times=[1.0]),
+        bench.Measurement("resident", "data", images=100, seconds=0.01, times=[0.01]),
     ]
     assert bench.speedups(results)[("resident", "data")] == pytest.approx(100.0)
     assert "goal >= 100x: met" in bench.goal_lines(results)[0]
 
 
-def _results(lab: float, workers: float, wrapper: float, resident: float, linear: float, cnn: float):
-    """Measurements of 1,000 images whose rates give the stated ratios to the lab's."""
-    rates = {
-        ("lab", "data"): lab, ("workers", "data"): workers, ("wrapper", "data"): wrapper,
-        ("resident", "data"): resident, ("lab", "linear"): 1.0, ("resident", "linear"): linear,
-        ("lab", "cnn"): 1.0, ("resident", "cnn"): cnn,
-    }  # fmt: skip
-    return [bench.Measurement(p, t, images=1000, seconds=1000 / rate) for (p, t), rate in rates.items()]
+# --- the batch-size experiment ---------------------------------------------------------------------------------
 
 
-def test_findings_follow_the_numbers():
-    slow_workers = " ".join(bench.findings(_results(1.0, 0.6, 7.0, 90.0, 10.0, 1.5)))
-    assert "90.0x" in slow_workers and "slowed the DataLoader down (0.6x" in slow_workers
-    assert "12.9x faster again" in slow_workers
-    assert "shrinks" in slow_workers and "10.0x with the linear model, 1.5x with the CNN" in slow_workers
-    fast_workers = " ".join(bench.findings(_results(1.0, 1.8, 7.0, 5.0, 2.0, 3.0)))
-    assert "sped the DataLoader up 1.8x" in fast_workers
-    assert "no faster here" in fast_workers and "shrinks" not in fast_workers
+def _grid(step_ms: dict[int, float], images: int = 1024, busy: dict[int, float] | None = None):
+    out = {}
+    for b, ms in step_ms.items():
+        batches = images // b
+        s = ms * 1e-3 * batches
+        out[b] = bench.Measurement("", "cnn", images, s, [s * 0.99, s, s * 1.01], batches, (busy or {}).get(b))
+    return out
 
 
-def test_grid_findings_compare_batch_sizes_and_devices():
-    lines = bench.grid_findings({"cpu": {32: 1000.0, 256: 3000.0}, "cuda": {32: 2000.0, 256: 30000.0}})
-    assert lines[0] == "cpu: batch 256 trained 3.0x as many images/s as batch 32."
-    assert lines[2] == "cuda against the CPU: 2.0x at batch 32, 10.0x at batch 256."
-    assert bench.grid_findings({"cpu": {32: 1.0, 128: 1.0}}) == [
-        "cpu: batch 128 trained 1.0x as many images/s as batch 32."
-    ]
+def test_grid_table_and_findings_agree():
+    grid = {"cpu": _grid({32: 90.0, 256: 350.0}), "cuda": _grid({32: 2.5, 256: 2.5}, busy={32: 0.25e-3})}
+    table = bench.format_grid(grid, epoch_images=55_000)
+    assert re.search(r"cpu\s+32\s+90\.00\s+2%\s+356\s+-\s+154\.7 s", table)
+    assert re.search(r"cuda\s+32\s+2\.50\s+2%\s+12,800\s+10%\s+4\.3 s", table)
+    lines = bench.grid_findings(grid)
+    assert lines[0] == "cpu: images per second rose from batch 32 to batch 256 (2.06x)."
+    assert lines[1].startswith("cpu: step time grew, but less than the batch did: 90.0 ms a step at batch 32")
+    assert lines[3].startswith("cuda: step time stayed nearly flat")
+    assert lines[4].startswith("cuda: at batch 32 the device was busy 250.0 us of the 2.5 ms step (10%)")
+    assert lines[5] == "cuda against the CPU, images per second: 36.00x at batch 32, 140.0x at batch 256."
+
+
+def test_grid_findings_say_when_the_rate_falls():
+    lines = bench.grid_findings({"cpu": _grid({32: 30.0, 128: 60.0, 512: 400.0})})
+    assert lines[0] == "cpu: images per second rose from batch 32 to batch 128 (2.00x), then fell to batch 512 (0.60x)."
+    assert "compute-bound" not in lines[1] and "in proportion" in lines[1]

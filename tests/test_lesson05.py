@@ -37,3 +37,40 @@ def test_quick_fashion_mnist_accuracy(headline):
 
 def test_checkpoint_reloaded_on_cpu_gives_the_same_accuracy(headline):
     assert abs(float(headline["cpu"]) - float(headline["acc"])) <= 0.01  # one image in 10,000
+
+
+def _stdout(nb, cell_id: str) -> str:
+    cell = next(c for c in nb.cells if c.get("id") == cell_id)
+    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+
+
+ROW = re.compile(r"^(\d)\. .*?((?:[\d,]+ \(\d+%\)\s+(?:-|[\d.]+x)\s+){3})", re.M)
+SENTENCE = re.compile(r"^- Row (\d), .*, against row (\d) \(images/s ratio\): (.*)\.$", re.M)
+
+
+def test_pipeline_sentences_quote_the_table_of_the_same_run(executed_notebook):
+    out = _stdout(executed_notebook("05"), "c23")
+    table = {int(n): re.findall(r"(-|[\d.]+x)(?:\s|$)", cells) for n, cells in ROW.findall(out)}
+    assert sorted(table) == [1, 2, 3, 4], out  # the CPU's rows: lab, + workers, + converted once, + by index
+    sentences = SENTENCE.findall(out)
+    assert [int(row) for row, _, _ in sentences] == [2, 3, 4]
+    for row, _, body in sentences:
+        quoted = re.findall(r"(?:data only|linear model|CNN) ([\d.]+x), ", body)
+        assert quoted == table[int(row)], (row, body, table[int(row)])
+    assert re.search(r"^- Section 4's three parts, added \(.+\) and row 1's whole step with the linear", out, re.M)
+
+
+def test_batch_size_sentences_come_from_the_grid_printed_beside_them(executed_notebook):
+    out = _stdout(executed_notebook("05"), "c26")
+    steps = {int(b): float(ms) for b, ms in re.findall(r"^\s+cpu\s+(\d+)\s+([\d.]+)\s", out, re.M)}
+    assert sorted(steps) == [32, 256]
+    trend = re.search(
+        r"^- cpu: images per second (rose|fell|stayed level) from batch 32 to batch 256 \(([\d.]+)x\)\.$", out, re.M
+    )
+    assert trend, out
+    assert float(trend[2]) == pytest.approx(8 * steps[32] / steps[256], rel=0.01)  # same images per run at each size
+    unit = {"s": 1e3, "ms": 1.0, "us": 1e-3}
+    said = re.search(r"^- cpu: .*?([\d.]+) (s|ms|us) a step at batch 32, ([\d.]+) (s|ms|us) at batch 256", out, re.M)
+    assert said, out
+    assert float(said[1]) * unit[said[2]] == pytest.approx(steps[32], rel=0.01, abs=0.06)
+    assert float(said[3]) * unit[said[4]] == pytest.approx(steps[256], rel=0.01, abs=0.06)

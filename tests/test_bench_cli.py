@@ -1,0 +1,65 @@
+"""python -m helpers.bench as a user types it: a bad argument ends in one `error:` line naming the fix, status 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import bench
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "helpers.bench", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_negative_subset_is_refused_before_anything_runs():
+    done = run_cli("--subset", "-5", "--device", "cpu", "--dataset", "FashionMNIST")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert done.stderr.splitlines()[-1] == (
+        "python -m helpers.bench: error: argument --subset: --subset must be at least 1, got -5"
+    )
+
+
+def test_a_file_given_as_data_dir_is_refused(tmp_path, capsys):
+    file = tmp_path / "notes.txt"
+    file.write_text("not a folder")
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--data-dir", str(file), "--device", "cpu", "--dataset", "FashionMNIST"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == (
+        f"python -m helpers.bench: error: argument --data-dir: {file} is a file, not a folder; give the folder that "
+        "holds (or will hold) the data sets, e.g. ./data"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--subset", "0"], "argument --subset: --subset must be at least 1, got 0"),
+        (["--subset", "ten"], "argument --subset: --subset must be a whole number, got 'ten'"),
+        (["--dataset", "cifar"], "argument --dataset: Unknown dataset 'cifar'. Choose one of: MNIST, FashionMNIST."),
+        (["--batch-size", "0"], "--repeats and --batch-size must be at least 1; --batches and --workers at least 0."),
+    ],
+)
+def test_bad_values_name_the_allowed_ones(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m helpers.bench")
+    assert err.splitlines()[-1] == f"python -m helpers.bench: error: {message}"
+
+
+def test_good_values_pass_the_checks(tmp_path):
+    args = bench._parse(["--subset", "640", "--data-dir", str(tmp_path / "new"), "--dataset", "fashion-mnist"])
+    assert (args.subset, args.data_dir, args.dataset) == (640, str(tmp_path / "new"), "FashionMNIST")

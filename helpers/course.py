@@ -23,7 +23,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -175,8 +175,15 @@ def _wait_gone(processes: list[psutil.Process], seconds: float) -> list[psutil.P
     return alive
 
 
-def stop_child_processes(grace: float = STOP_GRACE) -> int:
-    """End every process this runner started and everything they started in turn; how many there were.
+def child_pids() -> set[int]:
+    """The process ids of this process's children now."""
+    import psutil
+
+    return {p.pid for p in psutil.Process().children()}
+
+
+def stop_child_processes(keep: Collection[int] = (), grace: float = STOP_GRACE) -> int:
+    """End the processes this process started (but those in ``keep``) and all they started in turn; how many.
 
     The kernel runs in a session of its own, and torchrun's workers in sessions of theirs, so neither a terminal's
     Ctrl-C nor a signal to one process group reaches them all: the whole tree is listed while it is still whole,
@@ -184,18 +191,26 @@ def stop_child_processes(grace: float = STOP_GRACE) -> int:
     """
     import psutil
 
-    me = psutil.Process()
-    tree = me.children(recursive=True)
-    for process in tree:
+    def tree() -> list[psutil.Process]:
+        found = []
+        for child in psutil.Process().children():
+            if child.pid not in keep:
+                found.append(child)
+                with contextlib.suppress(psutil.Error):
+                    found += child.children(recursive=True)
+        return found
+
+    first = tree()
+    for process in first:
         with contextlib.suppress(psutil.Error):
             process.terminate()
-    alive = _wait_gone(tree, grace)
-    late = [p for p in me.children(recursive=True) if p not in tree]  # started while the others were stopping
+    alive = _wait_gone(first, grace)
+    late = [p for p in tree() if p not in first]  # started while the others were stopping
     for process in alive + late:
         with contextlib.suppress(psutil.Error):
             process.kill()
     _wait_gone(alive + late, grace)
-    return len(tree) + len(late)
+    return len(first) + len(late)
 
 
 def _not_a_notebook(path: Path) -> str | None:
@@ -235,6 +250,7 @@ def run_notebook(
         return result
     start = time.perf_counter()
     papermill_error: list[str] = []
+    others = child_pids()  # processes not this notebook's, e.g. a kernel that a test session keeps
 
     def execute() -> None:
         try:
@@ -254,15 +270,17 @@ def run_notebook(
         # papermill runs in a thread so that this one stays free to notice a signal or the time limit.
         worker = threading.Thread(target=execute, name=f"papermill {path.name}", daemon=True)
         worker.start()
-        while worker.is_alive():
+        while True:
             worker.join(0.1)
+            if not worker.is_alive():
+                break
             signum = stop_requested()
             if signum:
                 stopped_by = f"stopped by {signal.Signals(signum).name}"
             elif timeout and time.perf_counter() - start > timeout:
                 stopped_by = f"timed out after {timeout:g} s"
-            if stopped_by and worker.is_alive():
-                ended = stop_child_processes()
+            if stopped_by:
+                ended = stop_child_processes(keep=others)
                 worker.join(30)  # papermill notices the dead kernel within a second or two
                 stopped_by += f"; its kernel and the processes it started were ended ({ended} in all)"
                 break

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Subset, TensorDataset
 
-from helpers import data, devices
+from helpers import data, devices, timing
 from helpers.models import build_model
 from helpers.timing import format_seconds, time_on_device
 from helpers.transfer import DeviceDataLoader, DeviceResidentLoader, to_device
@@ -189,7 +189,7 @@ def compare(times: Sequence[float], reference: Sequence[float], min_noise: float
             raise ValueError(f"{label} must be one or more positive seconds, got {list(values)}.")
     mine, ref = statistics.median(times), statistics.median(reference)
     ratio = ref / mine
-    overlap = min(times) <= max(reference) and min(reference) <= max(times)
+    overlap = timing.ranges_verdict(reference, times) == timing.NO_CLEAR_DIFFERENCE
     spread = max((max(v) - min(v)) / statistics.median(v) for v in (times, reference))
     clear = not overlap and abs(math.log(ratio)) > math.log1p(min_noise)
     return Comparison(ratio, clear, spread, overlap, min_noise)

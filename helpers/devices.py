@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import os
 import platform
-import statistics
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -189,7 +188,7 @@ def pick_device(preferred: str | torch.device | None = None) -> torch.device:
                 return validate(override)
             except (DeviceUnavailableError, ValueError) as exc:
                 raise type(exc)(
-                    f"{ENV_DEVICE}={override!r} is set in the environment, so \"auto\" means {override!r} here, "
+                    f'{ENV_DEVICE}={override!r} is set in the environment, so "auto" means {override!r} here, '
                     f"and that device cannot be used:\n{exc}\n"
                     f"Fix: unset {ENV_DEVICE} (or set it to auto or cpu) before starting Jupyter or the course runner."
                 ) from None
@@ -263,32 +262,6 @@ def hiding_outcome(machine_gpus: int, count: int, tensor_on: str | None) -> str:
     if count == 0:
         return f"NOT hidden: device_count() said 0, yet a tensor still landed on {tensor_on}"
     return f"NOT hidden: device_count() said {count}, and a tensor landed on {tensor_on}"
-
-
-def _ratio_text(ratio: float) -> str:
-    return f"{ratio:.1f}" if ratio < 10 else f"{ratio:,.0f}"
-
-
-def speed_comparison(name: str, times: Sequence[float], other: str, other_times: Sequence[float]) -> str:
-    """One sentence comparing two timed ways of doing the same job, decided from their repeats (seconds each).
-
-    When the fastest-to-slowest ranges of the two overlap, the difference is inside the spread and the sentence says
-    there is no clear difference; otherwise it gives the ratio of the medians, "N x faster" or "N x slower".
-    """
-    for label, values in ((name, times), (other, other_times)):
-        if len(values) == 0:
-            raise ValueError(f"No timings for {label!r}: time it at least once before comparing.")
-        if any(not t > 0 for t in values):
-            raise ValueError(f"Timings for {label!r} must be positive seconds, got {list(values)}.")
-    median, other_median = statistics.median(times), statistics.median(other_times)
-    if min(times) <= max(other_times) and min(other_times) <= max(times):
-        return (
-            f"no clear difference between {name} and {other}: their repeats overlap "
-            f"(medians {other_median / median:.2f}x apart, inside the spread)"
-        )
-    if median < other_median:
-        return f"{name} was {_ratio_text(other_median / median)}x faster than {other}"
-    return f"{name} was {_ratio_text(median / other_median)}x slower than {other}"
 
 
 def runtime() -> str:

@@ -11,7 +11,7 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,8 +207,51 @@ class Comparison:
         return self.verdict == KEPT
 
     def __str__(self) -> str:
-        return (f"{self.speedup:.2f}x (spreads {self.before.spread:.0%} and {self.after.spread:.0%}): "
-                f"{self.verdict}")
+        return f"{self.speedup:.2f}x (spreads {self.before.spread:.0%} and {self.after.spread:.0%}): {self.verdict}"
+
+
+FASTER = "faster"
+
+
+def ranges_verdict(before: Sequence[float], after: Sequence[float]) -> str:
+    """The one rule by which the course calls a speed difference, from the repeats of two measurements (seconds).
+
+    "faster": every repeat of ``after`` beat every repeat of ``before``; "slower": every repeat of ``after`` was
+    slower than every repeat of ``before``; otherwise the fastest-to-slowest ranges overlap, noise alone could explain
+    the difference, and it is "no clear difference", whatever the medians say.
+    """
+    if max(after) < min(before):
+        return FASTER
+    if min(after) > max(before):
+        return "slower"
+    return NO_CLEAR_DIFFERENCE
+
+
+def _ratio_text(ratio: float) -> str:
+    return f"{ratio:.1f}" if ratio < 10 else f"{ratio:,.0f}"
+
+
+def speed_comparison(name: str, times: Sequence[float], other: str, other_times: Sequence[float]) -> str:
+    """One sentence comparing two timed ways of doing the same job, decided by ``ranges_verdict`` from their repeats.
+
+    Inside the spread the sentence says there is no clear difference; otherwise it gives the ratio of the medians,
+    "N x faster" or "N x slower".
+    """
+    for label, values in ((name, times), (other, other_times)):
+        if len(values) == 0:
+            raise ValueError(f"No timings for {label!r}: time it at least once before comparing.")
+        if any(not t > 0 for t in values):
+            raise ValueError(f"Timings for {label!r} must be positive seconds, got {list(values)}.")
+    median, other_median = statistics.median(times), statistics.median(other_times)
+    verdict = ranges_verdict(other_times, times)
+    if verdict == NO_CLEAR_DIFFERENCE:
+        return (
+            f"no clear difference between {name} and {other}: their repeats overlap "
+            f"(medians {other_median / median:.2f}x apart, inside the spread)"
+        )
+    if verdict == FASTER:
+        return f"{name} was {_ratio_text(other_median / median)}x faster than {other}"
+    return f"{name} was {_ratio_text(median / other_median)}x slower than {other}"
 
 
 def compare(before: Timing, after: Timing) -> Comparison:
@@ -218,12 +261,7 @@ def compare(before: Timing, after: Timing) -> Comparison:
     was slower than every repeat of ``before``. Otherwise the two ranges overlap, and noise alone could have
     produced the difference: no clear difference, whatever the medians say.
     """
-    if after.slowest < before.fastest:
-        verdict = KEPT
-    elif after.fastest > before.slowest:
-        verdict = SLOWER
-    else:
-        verdict = NO_CLEAR_DIFFERENCE
+    verdict = {FASTER: KEPT, "slower": SLOWER}.get(ranges_verdict(before.times, after.times), NO_CLEAR_DIFFERENCE)
     return Comparison(before, after, verdict)
 
 
@@ -239,11 +277,16 @@ class Diagnosis:
 
 
 LAUNCH_BOUND, DEVICE_BOUND, PARTLY_LAUNCH_BOUND, NO_DEVICE_TIMELINE = (
-    "launch-bound", "device-bound", "partly launch-bound", "no device timeline")
+    "launch-bound",
+    "device-bound",
+    "partly launch-bound",
+    "no device timeline",
+)
 
 
-def launch_diagnosis(cpu_side_s: float, device_s: float | None, launch_ratio: float = 2.0,
-                     busy_fraction: float = 0.8) -> Diagnosis:
+def launch_diagnosis(
+    cpu_side_s: float, device_s: float | None, launch_ratio: float = 2.0, busy_fraction: float = 0.8
+) -> Diagnosis:
     """Read the profiler's CPU-side time against the device's busy time for the same steps.
 
     ``device_s`` None means the profiler recorded no device timeline (a CPU run: the CPU does the arithmetic itself).
@@ -254,21 +297,35 @@ def launch_diagnosis(cpu_side_s: float, device_s: float | None, launch_ratio: fl
     if cpu_side_s <= 0:
         raise ValueError(f"cpu_side_s must be positive, got {cpu_side_s}.")
     if device_s is None:
-        return Diagnosis(NO_DEVICE_TIMELINE, (
-            f"The profiler recorded {format_seconds(cpu_side_s)} on the CPU and no device timeline: on this device "
-            "the CPU runs the arithmetic itself, so there are no launches for it to wait on. Use the step time "
-            "against the batch size instead."))
-    figures = (f"CPU side {format_seconds(cpu_side_s)} against {format_seconds(device_s)} of device time "
-               f"(the device was busy {device_s / cpu_side_s:.0%} of it)")
+        return Diagnosis(
+            NO_DEVICE_TIMELINE,
+            (
+                f"The profiler recorded {format_seconds(cpu_side_s)} on the CPU and no device timeline: on this device "
+                "the CPU runs the arithmetic itself, so there are no launches for it to wait on. Use the step time "
+                "against the batch size instead."
+            ),
+        )
+    figures = (
+        f"CPU side {format_seconds(cpu_side_s)} against {format_seconds(device_s)} of device time "
+        f"(the device was busy {device_s / cpu_side_s:.0%} of it)"
+    )
     if cpu_side_s >= launch_ratio * device_s:
-        return Diagnosis(LAUNCH_BOUND, f"{figures}: launch-bound. The device waits for Python and kernel launches; "
-                                       "cut launches first (larger batches, CUDA graphs, fused optimizers, fewer "
-                                       "host syncs).")
+        return Diagnosis(
+            LAUNCH_BOUND,
+            f"{figures}: launch-bound. The device waits for Python and kernel launches; "
+            "cut launches first (larger batches, CUDA graphs, fused optimizers, fewer "
+            "host syncs).",
+        )
     if device_s >= busy_fraction * cpu_side_s:
-        return Diagnosis(DEVICE_BOUND, f"{figures}: device-bound. The kernels themselves take the time; make them "
-                                       "cheaper (mixed precision, channels_last, TF32) rather than fewer.")
-    return Diagnosis(PARTLY_LAUNCH_BOUND, f"{figures}: partly launch-bound. Both fewer launches and cheaper kernels "
-                                          "can help; measure each.")
+        return Diagnosis(
+            DEVICE_BOUND,
+            f"{figures}: device-bound. The kernels themselves take the time; make them "
+            "cheaper (mixed precision, channels_last, TF32) rather than fewer.",
+        )
+    return Diagnosis(
+        PARTLY_LAUNCH_BOUND,
+        f"{figures}: partly launch-bound. Both fewer launches and cheaper kernels can help; measure each.",
+    )
 
 
 FLAT, PROPORTIONAL, IN_BETWEEN = "flat: overhead-bound", "proportional: compute-bound", "in between"
@@ -286,16 +343,27 @@ def batch_scaling(timings: dict[int, Timing], flat_below: float = 0.3, proportio
     small, large = min(timings), max(timings)
     t_small, t_large = timings[small], timings[large]
     exponent = math.log(t_large.median / t_small.median) / math.log(large / small)
-    growth = (f"{large // small}x the batch ({small} -> {large}) took {t_large.median / t_small.median:.1f}x the "
-              f"step time ({format_seconds(t_small.median)} -> {format_seconds(t_large.median)})")
+    growth = (
+        f"{large // small}x the batch ({small} -> {large}) took {t_large.median / t_small.median:.1f}x the "
+        f"step time ({format_seconds(t_small.median)} -> {format_seconds(t_large.median)})"
+    )
     if exponent < flat_below or t_large.fastest <= t_small.slowest:
-        return Diagnosis(FLAT, f"{growth}: the step time is flat, so a fixed cost per step (Python, kernel "
-                               "launches, the optimizer's loop) dominates and larger batches are nearly free.")
+        return Diagnosis(
+            FLAT,
+            f"{growth}: the step time is flat, so a fixed cost per step (Python, kernel "
+            "launches, the optimizer's loop) dominates and larger batches are nearly free.",
+        )
     if exponent > proportional_above:
-        return Diagnosis(PROPORTIONAL, f"{growth}: the step time grows in proportion, so the arithmetic dominates; "
-                                       "a larger batch will not raise the throughput much, cheaper arithmetic may.")
-    return Diagnosis(IN_BETWEEN, f"{growth}: between flat and proportional, so a fixed cost per step still "
-                                 "matters; larger batches help, with diminishing returns.")
+        return Diagnosis(
+            PROPORTIONAL,
+            f"{growth}: the step time grows in proportion, so the arithmetic dominates; "
+            "a larger batch will not raise the throughput much, cheaper arithmetic may.",
+        )
+    return Diagnosis(
+        IN_BETWEEN,
+        f"{growth}: between flat and proportional, so a fixed cost per step still "
+        "matters; larger batches help, with diminishing returns.",
+    )
 
 
 @dataclass(frozen=True)
@@ -325,14 +393,18 @@ class ProfileSummary:
         lines = [head, "-" * len(head)]
         for row in self.rows[:limit]:
             name = row.name if len(row.name) <= 44 else row.name[:41] + "..."
-            line = (f"{name:44s} {row.calls:>6d} {format_seconds(row.self_cpu_s):>10s} "
-                    f"{_share(row.self_cpu_s, self.cpu_side_s):>6s}")
+            line = (
+                f"{name:44s} {row.calls:>6d} {format_seconds(row.self_cpu_s):>10s} "
+                f"{_share(row.self_cpu_s, self.cpu_side_s):>6s}"
+            )
             if on_device:
                 line += f" {format_seconds(row.self_device_s):>12s} {_share(row.self_device_s, self.device_s):>9s}"
             lines.append(line)
         lines.append("-" * len(head))
-        lines.append(f"CPU-side time: {format_seconds(self.cpu_side_s)}" + (
-            f"   device time: {format_seconds(self.device_s)}" if on_device else "   (no device timeline)"))
+        lines.append(
+            f"CPU-side time: {format_seconds(self.cpu_side_s)}"
+            + (f"   device time: {format_seconds(self.device_s)}" if on_device else "   (no device timeline)")
+        )
         return "\n".join(lines)
 
 
@@ -364,4 +436,3 @@ def profile_summary(events: Iterable[Any], device_timeline: bool) -> ProfileSumm
     key = (lambda r: r.self_device_s) if device_timeline else (lambda r: r.self_cpu_s)
     rows.sort(key=key, reverse=True)
     return ProfileSummary(rows, cpu_side, device if device_timeline else None)
-

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from helpers import timing
+
 LEAF_TYPES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
 """Values ``to_device`` passes through unchanged."""
 
@@ -94,11 +96,7 @@ def compare_times(baseline: Sequence[float], candidate: Sequence[float]) -> str:
             raise ValueError(f"compare_times needs at least one {name} time, got none.")
         if not all(math.isfinite(t) and t > 0 for t in times):
             raise ValueError(f"compare_times needs positive, finite {name} times, got {list(times)}.")
-    if max(candidate) < min(baseline):
-        return "faster"
-    if min(candidate) > max(baseline):
-        return "slower"
-    return "no clear difference"
+    return timing.ranges_verdict(baseline, candidate)
 
 
 def time_batch_copies(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import devices
+from helpers import devices, timing
 from helpers.devices import DeviceUnavailableError, pick_device
 
 
@@ -167,8 +167,9 @@ def test_report_as_data_and_text():
 
 def test_report_lists_each_gpu():
     report = devices.environment_report() | {
-        "gpus": [{"index": 0, "name": "Tesla T4", "memory_gib": 14.6, "compute_capability": "7.5",
-                  "multiprocessors": 40}],
+        "gpus": [
+            {"index": 0, "name": "Tesla T4", "memory_gib": 14.6, "compute_capability": "7.5", "multiprocessors": 40}
+        ],
     }
     assert "GPU 0" in devices.format_report(report)
     assert "Tesla T4, 14.6 GiB, compute capability 7.5, 40 SMs" in devices.format_report(report)
@@ -296,23 +297,23 @@ def test_hiding_outcome_refuses_negative_counts():
 def test_speed_comparison_clear_gain_and_loss():
     fast = [1e-3, 1.1e-3, 1.2e-3]
     slow = [30e-3, 31e-3, 33e-3]
-    assert devices.speed_comparison("the GPU", fast, "the CPU", slow) == "the GPU was 28x faster than the CPU"
-    assert devices.speed_comparison("the CPU", slow, "the GPU", fast) == "the CPU was 28x slower than the GPU"
+    assert timing.speed_comparison("the GPU", fast, "the CPU", slow) == "the GPU was 28x faster than the CPU"
+    assert timing.speed_comparison("the CPU", slow, "the GPU", fast) == "the CPU was 28x slower than the GPU"
     # medians 1.05 and 2.55: one decimal below 10x
-    assert devices.speed_comparison("a", [1.0, 1.1], "b", [2.5, 2.6]) == "a was 2.4x faster than b"
+    assert timing.speed_comparison("a", [1.0, 1.1], "b", [2.5, 2.6]) == "a was 2.4x faster than b"
 
 
 def test_speed_comparison_inside_the_spread_is_no_clear_difference():
     noisy = [1e-3, 2e-3, 4e-3]  # one slow outlier reaches the other's range
     steady = [3e-3, 3.1e-3, 3.2e-3]
-    sentence = devices.speed_comparison("pinned", noisy, "pageable", steady)
+    sentence = timing.speed_comparison("pinned", noisy, "pageable", steady)
     assert sentence.startswith("no clear difference between pinned and pageable")
     assert "1.55x apart" in sentence
-    assert devices.speed_comparison("x", [5e-3], "y", [5e-3]).startswith("no clear difference")
+    assert timing.speed_comparison("x", [5e-3], "y", [5e-3]).startswith("no clear difference")
 
 
 def test_speed_comparison_rejects_missing_or_impossible_timings():
     with pytest.raises(ValueError, match="No timings for 'the GPU'"):
-        devices.speed_comparison("the GPU", [], "the CPU", [1.0])
+        timing.speed_comparison("the GPU", [], "the CPU", [1.0])
     with pytest.raises(ValueError, match="must be positive seconds"):
-        devices.speed_comparison("the GPU", [1.0], "the CPU", [0.0])
+        timing.speed_comparison("the GPU", [1.0], "the CPU", [0.0])

@@ -135,8 +135,9 @@ def test_batch_scaling_needs_two_sizes():
 
 def test_min_repeat_time_makes_long_repeats_and_reports_per_call_times():
     fake = FakeDevice([0.0] + [0.01] * 100)  # warm-up, then every call takes 10 ms
-    result = timing.time_on_device(fake.work, repeats=3, warmup=1, sync=fake.sync, clock=fake.clock,
-                                   min_repeat_time=0.05)
+    result = timing.time_on_device(
+        fake.work, repeats=3, warmup=1, sync=fake.sync, clock=fake.clock, min_repeat_time=0.05
+    )
     assert result.calls == 5  # 5 calls of 10 ms reach 50 ms
     assert result.times == pytest.approx([0.01] * 3)
     assert fake.events.count("fn") == 1 + 1 + 3 * 5  # warm-up, the call that chose the count, three repeats
@@ -145,8 +146,9 @@ def test_min_repeat_time_makes_long_repeats_and_reports_per_call_times():
 
 def test_max_calls_caps_the_count():
     fake = FakeDevice([0.0] * 50)  # a call the clock cannot see
-    result = timing.time_on_device(fake.work, repeats=2, warmup=0, sync=fake.sync, clock=fake.clock,
-                                   min_repeat_time=1.0, max_calls=7)
+    result = timing.time_on_device(
+        fake.work, repeats=2, warmup=0, sync=fake.sync, clock=fake.clock, min_repeat_time=1.0, max_calls=7
+    )
     assert result.calls == 7
 
 
@@ -154,8 +156,14 @@ def test_max_calls_caps_the_count():
 
 
 def ev(key, self_cpu_us, self_device_us=0.0, device_type=DeviceType.CPU, annotation=False, count=1):
-    return SimpleNamespace(key=key, count=count, self_cpu_time_total=self_cpu_us, self_device_time_total=self_device_us,
-                           device_type=device_type, is_user_annotation=annotation)
+    return SimpleNamespace(
+        key=key,
+        count=count,
+        self_cpu_time_total=self_cpu_us,
+        self_device_time_total=self_device_us,
+        device_type=device_type,
+        is_user_annotation=annotation,
+    )
 
 
 def test_profile_summary_on_a_gpu():
@@ -195,3 +203,22 @@ def test_every_share_is_at_most_the_whole():
     s = timing.profile_summary(events, device_timeline=True)
     assert sum(r.self_cpu_s for r in s.rows) <= s.cpu_side_s + 1e-12
     assert all(r.self_device_s <= s.device_s for r in s.rows)
+
+
+def test_every_speed_verdict_in_the_course_comes_from_one_rule():
+    import random
+
+    from helpers import bench, transfer
+
+    rng = random.Random(7)
+    for _ in range(200):
+        before = [rng.uniform(1.0, 2.0) for _ in range(rng.randint(1, 5))]
+        after = [rng.uniform(0.5, 2.5) for _ in range(rng.randint(1, 5))]
+        rule = timing.ranges_verdict(before, after)
+        assert transfer.compare_times(before, after) == rule
+        assert timing.compare(t(*before), t(*after)).verdict == {"faster": timing.KEPT, "slower": timing.SLOWER}.get(
+            rule, timing.NO_CLEAR_DIFFERENCE
+        )
+        sentence = timing.speed_comparison("after", after, "before", before)
+        assert sentence.startswith("no clear difference") == (rule == timing.NO_CLEAR_DIFFERENCE)
+        assert bench.compare(after, before, min_noise=0.0).overlap == (rule == timing.NO_CLEAR_DIFFERENCE)

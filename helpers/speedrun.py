@@ -1,0 +1,669 @@
+"""Lesson 09: a time-to-accuracy speedrun. A ladder of training recipes, each changing one thing, each timed to a
+target test accuracy over several seeds and kept only when it is faster beyond the noise.
+
+The measure (``time_to_accuracy``): training time on a synchronised clock, from the first step to the step after
+which the test accuracy first reaches the target; evaluation is timed apart and left out of it; a first-call
+warm-up is timed apart and shown as its own column. The clock and the synchronisation are arguments, so the tests
+drive the measure with a fake clock and a fake model.
+
+Run the ladder outside Jupyter with ``python -m helpers.speedrun --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from helpers import devices
+from helpers.timing import KEPT, NO_CLEAR_DIFFERENCE, SLOWER, Timing, compare, format_seconds
+
+TARGET, QUICK_TARGET = 0.88, 0.60
+"""The default targets: Fashion-MNIST test accuracy for a full run, and for quick mode's small subset and models."""
+QUICK_RUNS = 2
+NOT_REACHED = "not kept: target not reached in every run"
+SKIPPED = "skipped"
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The measure
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One training run timed to a target accuracy."""
+
+    reached: bool
+    train_s: float
+    """Training seconds up to the evaluation that first reached the target (or to the end of the budget)."""
+    warmup_s: float
+    """The untimed-for-the-record first calls, measured apart: never part of ``train_s``."""
+    eval_s: float
+    """Seconds spent evaluating, excluded from ``train_s``."""
+    steps: int
+    accuracy: float
+    """Test accuracy at the last evaluation."""
+    history: list[tuple[float, float]] = field(default_factory=list)
+    """(training seconds so far, test accuracy) after each evaluation."""
+
+
+def time_to_accuracy(
+    steps: Iterator[Any],
+    evaluate: Callable[[], float],
+    target: float,
+    eval_every: int,
+    max_steps: int,
+    warmup: Callable[[], None] | None = None,
+    sync: Callable[[], None] = lambda: None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Attempt:
+    """Train by pulling ``next(steps)`` (one training step each) until ``evaluate()`` reaches ``target``.
+
+    The clock is read only right after ``sync()``, so work the device has queued is counted where it was queued.
+    ``warmup()`` runs first, timed on its own. Every ``eval_every`` steps (and at the end) the training clock stops,
+    ``evaluate()`` runs on its own clock, and the run ends as soon as the accuracy is at least ``target``.
+    """
+    if eval_every < 1 or max_steps < 1:
+        raise ValueError(f"need eval_every >= 1 and max_steps >= 1, got {eval_every} and {max_steps}.")
+
+    def timed(work: Callable[[], Any]) -> tuple[float, Any]:
+        sync()  # queued work from before must not be counted here
+        start = clock()
+        result = work()
+        sync()  # and this work must be finished before the clock is read
+        return clock() - start, result
+
+    warmup_s = timed(warmup)[0] if warmup is not None else 0.0
+    train_s = eval_s = 0.0
+    done, accuracy, history = 0, float("nan"), []
+
+    def chunk() -> int:
+        n = 0
+        for _ in range(min(eval_every, max_steps - done)):
+            if next(steps, StopIteration) is StopIteration:
+                break
+            n += 1
+        return n
+
+    while done < max_steps:
+        seconds, n = timed(chunk)
+        train_s += seconds
+        done += n
+        seconds, accuracy = timed(evaluate)
+        eval_s += seconds
+        history.append((train_s, float(accuracy)))
+        if accuracy >= target:
+            return Attempt(True, train_s, warmup_s, eval_s, done, float(accuracy), history)
+        if n == 0:
+            break  # the steps ran out before the budget
+    return Attempt(False, train_s, warmup_s, eval_s, done, float(accuracy), history)
+
+
+def time_to_target(history: Sequence[tuple[float, float]], target: float) -> float | None:
+    """The training time of the first (seconds, accuracy) point at or above ``target``; None if none is."""
+    for seconds, accuracy in history:
+        if accuracy >= target:
+            return seconds
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The verdict
+
+
+def verdict(before: Sequence[float], after: Sequence[float]) -> str:
+    """Compare times to target of several seeds: kept only when every run of ``after`` beat every run of ``before``.
+
+    ``math.inf`` marks a run that missed the target: ``after`` with one is not kept. Otherwise this is
+    ``helpers.timing.compare``: slower when every run of ``after`` was slower, no clear difference when the ranges
+    overlap.
+    """
+    if not before or not after:
+        raise ValueError("need at least one time on each side.")
+    if any(math.isinf(t) for t in after):
+        return NOT_REACHED
+    if any(math.isinf(t) for t in before):
+        return KEPT  # the candidate reached the target every time, the rung before did not
+    return compare(_as_timing(before), _as_timing(after)).verdict
+
+
+def _as_timing(times: Sequence[float]) -> Timing:
+    return Timing(median=statistics.median(times), times=list(times))
+
+
+def mean_and_range(values: Sequence[float]) -> str:
+    """'12.3 s (11.9-12.8)' for times; the range is the spread of the seeds."""
+    finite = [v for v in values if math.isfinite(v)]
+    if len(finite) < len(values):
+        return f"missed in {len(values) - len(finite)} of {len(values)}"
+    mean = statistics.fmean(finite)
+    if len(finite) == 1:
+        return format_seconds(mean)
+    return f"{format_seconds(mean)} ({format_seconds(min(finite))}-{format_seconds(max(finite))})"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The models
+
+
+class ExamplesNet(nn.Module):
+    """The CNN of pytorch/examples mnist/main.py: two 3x3 convolutions (32, 64), max pooling, dropout, 9216->128->10.
+
+    ``width`` scales the channels and the hidden layer (quick mode uses a quarter of them).
+    """
+
+    def __init__(self, width: float = 1.0, num_classes: int = 10) -> None:
+        super().__init__()
+        c1, c2, hidden = max(1, round(32 * width)), max(1, round(64 * width)), max(1, round(128 * width))
+        self.conv1 = nn.Conv2d(1, c1, 3, 1)
+        self.conv2 = nn.Conv2d(c1, c2, 3, 1)
+        self.dropout1 = nn.Dropout(0.25)
+        self.dropout2 = nn.Dropout(0.5)
+        self.fc1 = nn.Linear(c2 * 12 * 12, hidden)
+        self.fc2 = nn.Linear(hidden, num_classes)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        X = F.relu(self.conv1(X))  # (B, 1, 28, 28) -> (B, c1, 26, 26)
+        X = F.max_pool2d(F.relu(self.conv2(X)), 2)  # -> (B, c2, 24, 24) -> (B, c2, 12, 12)
+        X = F.relu(self.fc1(self.dropout1(X).flatten(1)))  # -> (B, hidden)
+        return self.fc2(self.dropout2(X))  # -> (B, 10); cross_entropy takes the scores (the example's log_softmax)
+
+
+class ConvBNNet(nn.Module):
+    """Three conv-BatchNorm-ReLU blocks, each followed by 2x2 max pooling, then a global max and a linear layer."""
+
+    def __init__(self, widths: Sequence[int] = (64, 128, 256), num_classes: int = 10) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        cin = 1
+        for w in widths:
+            layers += [nn.Conv2d(cin, w, 3, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(inplace=True),
+                       nn.MaxPool2d(2)]
+            cin = w
+        self.features = nn.Sequential(*layers)  # (B, 1, 28, 28) -> (B, w3, 3, 3)
+        self.head = nn.Linear(cin, num_classes)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(X).amax(dim=(2, 3)))  # (B, w3, 3, 3) -> (B, w3) -> (B, 10)
+
+
+def sized_widths(device: torch.device, quick: bool) -> tuple[int, int, int]:
+    """The ConvBNNet widths for a device: wide enough for a GPU's tensor cores there, small for a CPU's few cores."""
+    if device.type == "cuda" and not quick:
+        return (64, 128, 256)
+    return (8, 16, 32) if quick else (16, 32, 64)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The recipes
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything a rung trains with. Each rung of the ladder is the last kept recipe with one field changed."""
+
+    loader: str = "DataLoader"  # "DataLoader" (ToTensor/Normalize per sample, .to(device) per batch) or "resident"
+    batch_size: int = 64
+    optimizer: str = "Adadelta+StepLR"  # the example's; or "SGD+OneCycle" (Nesterov momentum, one-cycle schedule)
+    model: str = "examples"  # or "sized" (ConvBNNet, widths from the device)
+    bf16_channels_last: bool = False
+    fused: bool = False
+    flips: bool = False
+    label_smoothing: float = 0.0
+    test_flips: bool = False
+    epochs: int = 3
+    """Budget: the schedule's length; the run stops earlier once the target is reached."""
+
+
+@dataclass(frozen=True)
+class Rung:
+    name: str
+    change: dict[str, Any]
+    mechanism: str
+    """Why the change could pay: the lesson it comes from."""
+
+
+LADDER: list[Rung] = [
+    Rung("0 pytorch/examples loop", {}, "the baseline: the loop of pytorch/examples mnist/main.py"),
+    Rung("1 data on the device", {"loader": "resident"},
+         "lesson 05: no per-sample Python work and no copy per batch; the images are converted once"),
+    Rung("2 batch 512 + one-cycle", {"batch_size": 512, "optimizer": "SGD+OneCycle", "epochs": 2},
+         "lessons 05 and 08: a step's fixed cost is paid 8x less often; the one-cycle schedule lets the larger "
+         "batch train with a high learning rate"),
+    Rung("3 network sized for the device", {"model": "sized"},
+         "lesson 08: a net whose layers fit the hardware (wide on a GPU, small on a CPU), with BatchNorm"),
+    Rung("4 bf16 autocast + channels_last", {"bf16_channels_last": True},
+         "lesson 08: cheaper arithmetic on tensor cores, where the kernels take the time"),
+    Rung("5 fused optimizer", {"fused": True}, "lesson 08: one kernel for the whole update instead of one per tensor"),
+    Rung("6 random flips on the device", {"flips": True},
+         "augmentation made on the device: more varied images for no copy"),
+    Rung("7 label smoothing", {"label_smoothing": 0.1}, "softer targets that keep the net from over-confidence"),
+    Rung("8 test-time flips", {"test_flips": True},
+         "average the scores of each test image and its mirror; costs evaluation time only"),
+]
+
+
+def skip_reason(recipe: Recipe, device: torch.device) -> str | None:
+    """Why ``recipe`` cannot run on ``device`` (None if it can)."""
+    if recipe.bf16_channels_last and device.type != "cuda":
+        return (f"bf16 autocast is tried on CUDA GPUs only, where tensor cores run it; on {device.type} lesson 08 "
+                "measures it instead")
+    if recipe.fused:
+        try:
+            torch.optim.SGD([torch.zeros(1, device=device, requires_grad=True)], lr=0.1, fused=True)
+        except (RuntimeError, TypeError, ValueError) as exc:
+            return f"this PyTorch has no fused SGD on {device.type}: {str(exc).splitlines()[0]}"
+    return None
+
+
+def build_model(recipe: Recipe, device: torch.device, quick: bool) -> nn.Module:
+    """A fresh model for ``recipe`` on ``device`` (channels_last when the recipe says so)."""
+    if recipe.model == "examples":
+        model = ExamplesNet(width=0.25 if quick else 1.0)
+    else:
+        model = ConvBNNet(sized_widths(device, quick))
+    model = model.to(device)
+    return model.to(memory_format=torch.channels_last) if recipe.bf16_channels_last else model
+
+
+def build_optimizer(recipe: Recipe, model: nn.Module, total_steps: int):
+    """The optimizer and the per-step learning-rate schedule of ``recipe``."""
+    if recipe.optimizer == "Adadelta+StepLR":  # the example's: lr 1.0, decayed 0.7x per epoch
+        opt = torch.optim.Adadelta(model.parameters(), lr=1.0)
+        per_epoch = max(1, total_steps // max(1, recipe.epochs))
+        return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.7 ** (step // per_epoch))
+    extra = {"fused": True} if recipe.fused else {}
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-4, **extra)
+    return opt, torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=total_steps, pct_start=0.25)
+
+
+def _flip_some(X: torch.Tensor) -> torch.Tensor:
+    """Mirror a random half of the batch left-right, on the device."""
+    flip = torch.rand(X.shape[0], device=X.device) < 0.5
+    return torch.where(flip[:, None, None, None], X.flip(3), X)
+
+
+@dataclass
+class Data:
+    """The train and test sets of one run, as torchvision datasets (or Subsets of them)."""
+
+    train: Any
+    test: Any
+
+
+def batch_size(recipe: Recipe, train_size: int) -> int:
+    """The recipe's batch size, capped so that an epoch has at least 8 steps (quick mode's small subset)."""
+    return max(1, min(recipe.batch_size, train_size // 8))
+
+
+def training_steps(recipe: Recipe, model: nn.Module, data: Data, device: torch.device,
+                   seed: int) -> tuple[Iterator[None], int]:
+    """An iterator that performs one training step per ``next()``, and its total number of steps."""
+    size = batch_size(recipe, len(data.train))
+    from torch.utils.data import DataLoader
+
+    from helpers.transfer import DeviceResidentLoader
+
+    if recipe.loader == "resident":
+        loader = DeviceResidentLoader.from_dataset(data.train, device, size, shuffle=True, seed=seed)
+    else:
+        generator = torch.Generator().manual_seed(seed)
+        loader = DataLoader(data.train, batch_size=size, shuffle=True, generator=generator)
+    total = recipe.epochs * len(loader)
+    opt, schedule = build_optimizer(recipe, model, total)
+    amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=recipe.bf16_channels_last)
+
+    def steps() -> Iterator[None]:
+        model.train()
+        for _ in range(recipe.epochs):
+            for X, y in loader:
+                X, y = X.to(device), y.to(device)  # a no-op for device-resident batches
+                if recipe.flips:
+                    X = _flip_some(X)
+                if recipe.bf16_channels_last:
+                    X = X.contiguous(memory_format=torch.channels_last)
+                with amp:
+                    loss = F.cross_entropy(model(X), y, label_smoothing=recipe.label_smoothing)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                schedule.step()
+                yield None
+
+    return steps(), total
+
+
+def evaluator(recipe: Recipe, model: nn.Module, data: Data, device: torch.device) -> Callable[[], float]:
+    """Test accuracy of ``model`` (with mirrored copies averaged in when the recipe says so)."""
+    from helpers.transfer import DeviceResidentLoader
+
+    test = DeviceResidentLoader.from_dataset(data.test, device, batch_size=1000, shuffle=False)
+    amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=recipe.bf16_channels_last)
+
+    def evaluate() -> float:
+        model.eval()
+        correct = torch.zeros((), device=device, dtype=torch.long)
+        with torch.inference_mode(), amp:
+            for X, y in test:
+                scores = model(X).float()
+                if recipe.test_flips:
+                    scores = scores + model(X.flip(3)).float()
+                correct += (scores.argmax(1) == y).sum()
+        model.train()
+        return correct.item() / len(test.labels)
+
+    return evaluate
+
+
+def warmup_call(recipe: Recipe, model: nn.Module, device: torch.device, batch: int,
+                calls: int = 2) -> Callable[[], None]:
+    """First calls of a training step on a throwaway copy of the model, so one-off costs are paid and timed apart."""
+
+    def warmup() -> None:
+        twin = copy.deepcopy(model)
+        opt, _ = build_optimizer(recipe, twin, total_steps=calls)
+        X = torch.randn(batch, 1, 28, 28, device=device)
+        y = torch.randint(0, 10, (batch,), device=device)
+        if recipe.bf16_channels_last:
+            X = X.contiguous(memory_format=torch.channels_last)
+        for _ in range(calls):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=recipe.bf16_channels_last):
+                loss = F.cross_entropy(twin(X), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+    return warmup
+
+
+def run_recipe(recipe: Recipe, data: Data, device: torch.device, target: float, seed: int, quick: bool,
+               evals_per_epoch: int = 4) -> Attempt:
+    """Train ``recipe`` once from ``seed`` and time it to ``target`` test accuracy."""
+    torch.manual_seed(seed)
+    model = build_model(recipe, device, quick)
+    steps, total = training_steps(recipe, model, data, device, seed)
+    eval_every = max(1, math.ceil(total / recipe.epochs / evals_per_epoch))
+    return time_to_accuracy(steps, evaluator(recipe, model, data, device), target, eval_every, total,
+                            warmup=warmup_call(recipe, model, device, batch_size(recipe, len(data.train))), sync=lambda: devices.synchronize(device))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The ladder
+
+
+@dataclass
+class RungResult:
+    rung: Rung
+    recipe: Recipe
+    attempts: list[Attempt]
+    verdict: str
+    skipped: str | None = None
+    compared_with: str | None = None
+
+    @property
+    def times(self) -> list[float]:
+        """Time to target of each seed, ``inf`` where the target was missed."""
+        return [a.train_s if a.reached else math.inf for a in self.attempts]
+
+    def figures(self) -> dict[str, Any]:
+        """Everything measured for this rung, for JSON."""
+        return {
+            "rung": self.rung.name, "change": self.rung.change, "verdict": self.verdict, "skipped": self.skipped,
+            "compared_with": self.compared_with, "recipe": dataclasses.asdict(self.recipe),
+            "runs": [dataclasses.asdict(a) for a in self.attempts],
+        }
+
+
+def run_ladder(data: Data, device: torch.device, target: float, seeds: Sequence[int], quick: bool,
+               ladder: Sequence[Rung] = LADDER, run: Callable[..., Attempt] = run_recipe,
+               progress: Callable[[str, int], None] = lambda name, runs: None) -> list[RungResult]:
+    """Run every rung for every seed. A rung changes the last *kept* recipe, and is kept only when it beats it."""
+    results: list[RungResult] = []
+    kept: RungResult | None = None
+    for rung in ladder:
+        recipe = dataclasses.replace(kept.recipe if kept else Recipe(), **rung.change)
+        reason = skip_reason(recipe, device)
+        if reason:
+            results.append(RungResult(rung, recipe, [], SKIPPED, skipped=reason))
+            progress(rung.name, len(seeds))
+            continue
+        attempts = []
+        for seed in seeds:
+            attempts.append(run(recipe, data, device, target, seed, quick))
+            progress(rung.name, 1)
+        result = RungResult(rung, recipe, attempts, "baseline")
+        if kept is None:
+            kept = result
+        else:
+            result.verdict = verdict(kept.times, result.times)
+            result.compared_with = kept.rung.name
+            if result.verdict == KEPT:
+                kept = result
+        results.append(result)
+    return results
+
+
+def best(results: Sequence[RungResult]) -> RungResult:
+    """The last kept rung (the baseline when nothing was kept)."""
+    chosen = results[0]
+    for r in results[1:]:
+        if r.verdict == KEPT:
+            chosen = r
+    return chosen
+
+
+def ladder_table(results: Sequence[RungResult], target: float) -> str:
+    """The ladder as a text table: time to target (mean, min-max over seeds), one-time costs, accuracy, verdict."""
+    head = (f"{'rung':34s} {'time to ' + format(target, '.0%'):>24s} {'warm-up':>9s} {'evaluation':>10s} "
+            f"{'accuracy':>16s}  verdict")
+    lines = [head, "-" * len(head)]
+    for r in results:
+        if r.skipped:
+            lines.append(f"{r.rung.name:34s} {'-':>24s} {'-':>9s} {'-':>10s} {'-':>16s}  skipped: {r.skipped}")
+            continue
+        acc = [a.accuracy for a in r.attempts]
+        acc_text = f"{statistics.fmean(acc):.1%}" + (f" ({min(acc):.1%}-{max(acc):.1%})" if len(acc) > 1 else "")
+        warm = statistics.fmean(a.warmup_s for a in r.attempts)
+        ev = statistics.fmean(a.eval_s for a in r.attempts)
+        lines.append(f"{r.rung.name:34s} {mean_and_range(r.times):>24s} {format_seconds(warm):>9s} "
+                     f"{format_seconds(ev):>10s} {acc_text:>16s}  {r.verdict}")
+    return "\n".join(lines)
+
+
+def speedup_line(results: Sequence[RungResult], target: float) -> str:
+    """How the last kept rung compares with rung 0, from the means of their times to target."""
+    base, top = results[0], best(results)
+    if top is base:
+        return "No rung beat the baseline beyond the noise."
+    if any(math.isinf(t) for t in base.times):
+        return f"{top.rung.name} reached {target:.0%} in every run; the baseline did not within its budget."
+    ratio = statistics.fmean(base.times) / statistics.fmean(top.times)
+    return (f"{top.rung.name}: {ratio:.1f}x faster to {target:.0%} than {base.rung.name} "
+            f"({format_seconds(statistics.fmean(base.times))} -> {format_seconds(statistics.fmean(top.times))}, "
+            f"means over {len(top.times)} seeds).")
+
+
+def verdict_sentences(results: Sequence[RungResult]) -> list[str]:
+    """One sentence per rung, generated from its measurements."""
+    out = []
+    for r in results[1:]:
+        if r.skipped:
+            out.append(f"{r.rung.name}: skipped ({r.skipped}).")
+            continue
+        before = next(x for x in results if x.rung.name == r.compared_with)
+        figures = f"{mean_and_range(r.times)} against {mean_and_range(before.times)} for {before.rung.name}"
+        if r.verdict == KEPT:
+            text = "every run beat every run of the rung before, so it is kept"
+        elif r.verdict == SLOWER:
+            text = "every run was slower, so it is not kept"
+        elif r.verdict == NO_CLEAR_DIFFERENCE:
+            text = "the ranges overlap, so noise alone could explain the difference; not kept"
+        else:
+            text = "at least one run missed the target within the budget; not kept"
+        out.append(f"{r.rung.name}: {figures}: {text}. ({r.rung.mechanism}.)")
+    return out
+
+
+def plot_ladder(results: Sequence[RungResult], target: float, ax=None):
+    """Test accuracy against training time (log axis) for every rung that ran: one line per seed, the target dashed."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.4, 4.0), layout="constrained")
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, r in enumerate(x for x in results if not x.skipped):
+        color = colors[i % len(colors)]
+        for j, a in enumerate(r.attempts):
+            xs, ys = zip(*a.history, strict=True) if a.history else ((), ())
+            ax.plot(xs, ys, marker=".", color=color, alpha=0.8, label=r.rung.name if j == 0 else None)
+    ax.axhline(target, color="black", linestyle="--", linewidth=1, label=f"target {target:.0%}")
+    ax.set_xscale("log")
+    ax.set_xlabel("training time (s, log scale; evaluation excluded)")
+    ax.set_ylabel("test accuracy")
+    ax.set_ylim(max(0.0, target - 0.25), 1.0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return ax
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Data and the command line
+
+
+def load_data(dataset: str, quick: bool, verbose: bool = False) -> Data:
+    """The dataset's train and test splits; quick mode keeps a fixed random 1,024 training and 256 test images."""
+    from torch.utils.data import Subset
+
+    from helpers.data import load_dataset
+
+    train = load_dataset(dataset, train=True, verbose=verbose)
+    test = load_dataset(dataset, train=False, verbose=verbose)
+    if quick:
+        g = torch.Generator().manual_seed(0)
+        train = Subset(train, torch.randperm(len(train), generator=g)[:1024].tolist())
+        test = Subset(test, torch.randperm(len(test), generator=g)[:256].tolist())
+    return Data(train, test)
+
+
+def parse_target(text: str) -> float:
+    """'0.88', '88' or '88%' -> 0.88; anything outside (0, 1) as a fraction or (1, 100) as a percent is refused."""
+    raw = text.strip().rstrip("%")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if math.isfinite(value) and 0 < value < 1 and not text.strip().endswith("%"):
+        return value
+    if math.isfinite(value) and 1 < value < 100:
+        return value / 100
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a target accuracy: give a fraction in (0, 1) such as 0.88, or a percentage in (1, 100) "
+        "such as 88 or 88%")
+
+
+def _runs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of runs: give a whole number of at least 1")
+    return value
+
+
+def lesson_parameters(target: object, runs: object, quick: bool) -> tuple[float, list[int]]:
+    """The notebook's TARGET (None: the default for the mode) and RUNS as a target and seeds; ParameterError if bad.
+
+    Quick mode runs at most ``QUICK_RUNS`` seeds, so the lesson stays within seconds.
+    """
+    from helpers.lesson import ParameterError
+
+    if target is None:
+        target = QUICK_TARGET if quick else TARGET
+    else:
+        try:
+            target = parse_target(str(target)) if not isinstance(target, bool) else parse_target("")
+        except argparse.ArgumentTypeError as exc:
+            raise ParameterError(f"TARGET = {target!r} is not allowed: {exc}, or None for the default.") from None
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ParameterError(f"RUNS = {runs!r} is not allowed: RUNS must be a whole number of at least 1, such as 3.")
+    return target, list(range(min(runs, QUICK_RUNS) if quick else runs))
+
+
+def hardware(device: torch.device) -> dict[str, Any]:
+    """What the figures were measured on."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
+    return {"device": str(device), "device_name": name, "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m helpers.speedrun``: run the ladder, print the table, optionally write JSON."""
+    parser = argparse.ArgumentParser(prog="python -m helpers.speedrun", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N or mps")
+    parser.add_argument("--target", type=parse_target, default=None,
+                        help="test accuracy to reach: 0.88 or 88 (default 88%%, quick mode 60%%)")
+    parser.add_argument("--runs", type=_runs, default=3, help="seeds per rung (default 3)")
+    parser.add_argument("--dataset", default="FashionMNIST", help="FashionMNIST (default) or MNIST")
+    parser.add_argument("--quick", action="store_true", help="a small subset and small models: seconds on a CPU")
+    parser.add_argument("--json", metavar="PATH", help="write the hardware, versions, date and every figure here")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    try:
+        device = devices.pick_device(args.device)
+    except (ValueError, devices.DeviceUnavailableError) as exc:
+        parser.error(f"--device {args.device}: {exc}")
+    from helpers.data import DatasetUnavailableError, canonical_name
+
+    try:
+        dataset = canonical_name(args.dataset)
+    except ValueError as exc:
+        parser.error(f"--dataset: {exc}")
+    target = args.target if args.target is not None else (QUICK_TARGET if args.quick else TARGET)
+    try:
+        data = load_data(dataset, args.quick)
+    except DatasetUnavailableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    from tqdm.auto import tqdm
+
+    seeds = list(range(args.runs))
+    bar = tqdm(total=len(LADDER) * len(seeds), unit="run", file=sys.stderr, disable=args.no_progress)
+
+    def tick(name: str, runs: int) -> None:
+        bar.set_description(name[:30])
+        bar.update(runs)
+
+    results = run_ladder(data, device, target, seeds, args.quick, progress=tick)
+    bar.close()
+    print(f"{dataset} to {target:.0%} test accuracy on {device} ({hardware(device)['device_name']}), "
+          f"{len(seeds)} seed(s) per rung{', quick mode' if args.quick else ''}")
+    print(ladder_table(results, target))
+    print(speedup_line(results, target))
+    if args.json:
+        record = {"hardware": hardware(device), "dataset": dataset, "target": target, "quick": args.quick,
+                  "seeds": seeds, "rungs": [r.figures() for r in results],
+                  "summary": speedup_line(results, target)}
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1, default=str)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -524,8 +524,8 @@ def check_time_to_target(fn: Callable | None) -> bool:
         except Exception as exc:  # a learner's function may raise anything; the hint names it
             return _verdict(name, False, f"it raised {type(exc).__name__}: {exc} on history={history}")
         if got != expected:
-            return _verdict(name, False, f"for history={history} and target={target} it returned {got!r}, "
-                                         f"expected {expected!r} (the first point with accuracy >= target; None if none)")
+            return _verdict(name, False, f"for history={history} and target={target} it returned {got!r}, expected "
+                                         f"{expected!r} (the first point with accuracy >= target; None if none)")
     return _verdict(name, True, "")
 
 

@@ -397,8 +397,9 @@ def run_recipe(recipe: Recipe, data: Data, device: torch.device, target: float, 
     model = build_model(recipe, device, quick)
     steps, total = training_steps(recipe, model, data, device, seed)
     eval_every = max(1, math.ceil(total / recipe.epochs / evals_per_epoch))
+    warmup = warmup_call(recipe, model, device, batch_size(recipe, len(data.train)))
     return time_to_accuracy(steps, evaluator(recipe, model, data, device), target, eval_every, total,
-                            warmup=warmup_call(recipe, model, device, batch_size(recipe, len(data.train))), sync=lambda: devices.synchronize(device))
+                            warmup=warmup, sync=lambda: devices.synchronize(device))
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -94,11 +94,12 @@ class Lab:
     def shut_down_kernels(self) -> None:
         """End every session, so kernels of finished notebooks do not hold memory while the next one runs."""
         headers = {"Authorization": f"token {self.token}"}
-        with urllib.request.urlopen(urllib.request.Request(f"{self.url}/api/sessions", headers=headers)) as reply:
+        listing = urllib.request.Request(f"{self.url}/api/sessions", headers=headers)
+        with urllib.request.urlopen(listing, timeout=60) as reply:
             sessions = json.load(reply)
         for session in sessions:
             end = f"{self.url}/api/sessions/{session['id']}"
-            urllib.request.urlopen(urllib.request.Request(end, headers=headers, method="DELETE")).close()
+            urllib.request.urlopen(urllib.request.Request(end, headers=headers, method="DELETE"), timeout=60).close()
 
 
 @pytest.fixture(scope="module")
@@ -248,11 +249,8 @@ def test_notebook_runs_in_jupyterlab(name: str, lab: Lab, browser) -> None:
         state = wait_until_idle(page, RUN_TIMEOUT_S)
         page.keyboard.press("Control+s")
         page.get_by_text("Saving completed").first.wait_for(timeout=60_000)
-        first = page.locator(".jp-RenderedImage img, .jp-Notebook .jupyter-widgets").first
-        if first.count():
-            first.scroll_into_view_if_needed()
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / f"{Path(name).stem}.png"))
+        page.screenshot(path=str(SCREENSHOTS / f"{Path(name).stem}.png"), timeout=60_000)
     finally:
         page.close()
         lab.shut_down_kernels()

@@ -20,7 +20,7 @@ import random
 import re
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -234,6 +234,23 @@ def start(
 def headline(label: str, value: str) -> None:
     """Show and record the lesson's headline figure, e.g. ``headline("test accuracy", "88.2%")``."""
     _emit(f"Headline: {label}: {value}", {"headline": f"{label}: {value}"})
+
+
+def format_rows(rows: Sequence[Sequence[object]], right: Sequence[int] = ()) -> str:
+    """A plain-text table: ``rows[0]`` is the header, a dashed rule goes under it, every column is as wide as its widest
+    cell, the columns numbered in ``right`` are right-aligned, and no line ends in spaces.
+
+    The one table printer of the course: the pipeline benchmark, the placement report and the speedrun ladder use it.
+    """
+    cells = [[str(c) for c in row] for row in rows]
+    if not cells:
+        return ""
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    lines = []
+    for row in [cells[0], ["-" * w for w in widths], *cells[1:]]:
+        padded = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        lines.append("  ".join(padded).rstrip())
+    return "\n".join(lines)
 
 
 def cuda_gpus(needed: int, shows: str) -> bool:

@@ -59,3 +59,19 @@ def test_cuda_gpus_prints_one_skip_line(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert lesson.cuda_gpus(2, "x") is True
     assert capsys.readouterr().out == ""
+
+
+def test_format_rows_pads_columns_rules_the_header_and_aligns_the_named_columns_right():
+    text = lesson.format_rows([("name", "img/s"), ("lab", "1,200"), ("resident data", "15")], right=[1])
+    assert text.splitlines() == [
+        "name           img/s",
+        "-------------  -----",
+        "lab            1,200",
+        "resident data     15",
+    ]
+
+
+def test_format_rows_trims_trailing_spaces_and_accepts_non_strings():
+    lines = lesson.format_rows([("a", "b"), (1, ""), (22, 3.5)]).splitlines()
+    assert lines == ["a   b", "--  ---", "1", "22  3.5"]
+    assert lesson.format_rows([]) == ""

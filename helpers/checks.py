@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from helpers.placement import same_device
+
 CHECKERS: dict[str, Callable[..., bool]] = {}
 """Every checker by exercise id ("NN_name"); the tests run each against a reference solution and a wrong answer."""
 
@@ -39,15 +41,7 @@ def _unanswered(exercise: str, *answers: Any) -> bool:
     return False
 
 
-def _same_device(a: torch.device, b: torch.device) -> bool:
-    """Device equality that treats "cuda" and "cuda:0" (the current device) as one."""
-    a, b = torch.device(a), torch.device(b)
-    if a.type != b.type:
-        return False
-    if a.type == "cpu" or a.index is None or b.index is None:
-        return True
-    return a.index == b.index
-
+_same_device = same_device  # the older name, still used by the blocks of lessons 03 to 09
 
 # --- lesson 00 -------------------------------------------------------------------------------------------------
 
@@ -64,7 +58,7 @@ def check_zeros_on_device(x: torch.Tensor | None, device: torch.device) -> bool:
         return _verdict(name, False, f"shape is {tuple(x.shape)}, expected (2, 3)")
     if x.dtype != torch.float32:
         return _verdict(name, False, f"dtype is {x.dtype}, expected torch.float32 (the default)")
-    if not _same_device(x.device, device):
+    if not same_device(x.device, device):
         return _verdict(name, False, f"it lives on {x.device}, not on {device}; pass device=device when creating it")
     return _verdict(name, bool((x == 0).all()), "not every element is zero")
 
@@ -80,7 +74,7 @@ def check_moved_copy(moved: torch.Tensor | None, values: list | None, data: torc
         return False
     if not isinstance(moved, torch.Tensor):
         return _verdict(name, False, f"moved should be a tensor, got {type(moved).__name__}")
-    if not _same_device(moved.device, device):
+    if not same_device(moved.device, device):
         return _verdict(name, False, f"moved lives on {moved.device}, not on {device}: did you reassign the result?")
     if moved.dtype != torch.float64:
         return _verdict(name, False, f"moved has dtype {moved.dtype}; pass torch.float64 too: x.to(device, dtype)")
@@ -165,7 +159,7 @@ def check_batch_on_device(moved: Any, original: Any, device: torch.device) -> bo
             continue
         if not isinstance(g, torch.Tensor):
             return _verdict(name, False, f"{path} became a {type(g).__name__}")
-        if not _same_device(g.device, device):
+        if not same_device(g.device, device):
             return _verdict(name, False, f"{path} is still on {g.device}, not {device}")
         if g.shape != w.shape or g.dtype != w.dtype:
             return _verdict(name, False, f"{path} changed shape or dtype: was {tuple(w.shape)} {w.dtype}")

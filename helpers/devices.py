@@ -109,7 +109,8 @@ def _with_index(kind: str, index: int | None) -> torch.device:
     return torch.device(kind, index)
 
 
-def _parse(preferred: str | torch.device) -> torch.device:
+def _parse_device_request(preferred: str | torch.device) -> torch.device:
+    """``"cuda:1"`` or a torch.device as a torch.device of a known type, its index kept if given; raise if malformed."""
     if isinstance(preferred, torch.device):
         kind, index = preferred.type, preferred.index
     elif isinstance(preferred, str):
@@ -134,7 +135,7 @@ def _parse(preferred: str | torch.device) -> torch.device:
 
 def validate(device: str | torch.device) -> torch.device:
     """Return ``device`` as a torch.device with an index, or raise DeviceUnavailableError naming the fix."""
-    requested = _parse(device)
+    requested = _parse_device_request(device)
     kind, index = requested.type, requested.index
     if kind == "cuda":
         if not torch.cuda.is_available():

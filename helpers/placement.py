@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+
+from helpers.lesson import format_rows
+from helpers.transfer import map_batch
 
 
 @dataclass(frozen=True)
@@ -32,28 +35,11 @@ class Placement:
     dtype: torch.dtype
 
 
-def _shape(t: torch.Tensor) -> tuple[int, ...]:
-    return tuple(int(s) for s in t.shape)
-
-
-def batch_leaves(batch: Any, prefix: str = "batch") -> Iterator[tuple[str, Any]]:
+def batch_leaves(batch: Any, prefix: str = "batch") -> list[tuple[str, Any]]:
     """Every leaf of a nested batch (mappings, lists, tuples, named tuples), with the path that reaches it."""
-    if isinstance(batch, Mapping):
-        for key, value in batch.items():
-            yield from batch_leaves(value, f"{prefix}[{key!r}]")
-    elif isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a named tuple reads better by field name
-        for field_name, value in zip(batch._fields, batch, strict=True):
-            yield from batch_leaves(value, f"{prefix}.{field_name}")
-    elif isinstance(batch, (list, tuple)):
-        for i, value in enumerate(batch):
-            yield from batch_leaves(value, f"{prefix}[{i}]")
-    else:  # a tensor, or anything else (numbers, strings, None)
-        yield prefix, batch
-
-
-def batch_tensors(batch: Any, prefix: str = "batch") -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor inside a nested batch, with the path that reaches it; other leaves are skipped."""
-    return ((path, leaf) for path, leaf in batch_leaves(batch, prefix) if isinstance(leaf, torch.Tensor))
+    found: list[tuple[str, Any]] = []
+    map_batch(batch, lambda path, leaf: found.append((path, leaf)) or leaf, prefix)  # the walker to_device uses
+    return found
 
 
 def module_tensors(module: nn.Module, prefix: str = "model") -> Iterator[tuple[str, str, torch.Tensor]]:
@@ -79,14 +65,15 @@ def placements(model: nn.Module | None = None, batch: Any = None, **more: Any) -
         if isinstance(source, nn.Module):
             entries = module_tensors(source, prefix)
         else:
-            entries = ((name, "batch", t) for name, t in batch_tensors(source, prefix))
-        found += [Placement(name, kind, t.device, _shape(t), t.dtype) for name, kind, t in entries]
+            entries = ((name, "batch", t) for name, t in batch_leaves(source, prefix) if isinstance(t, torch.Tensor))
+        found += [Placement(name, kind, t.device, tuple(t.shape), t.dtype) for name, kind, t in entries]
     return found
 
 
-def _matches(device: torch.device, expected: torch.device) -> bool:
-    """``cuda`` (no index) matches every CUDA device; ``cuda:1`` only itself."""
-    return device.type == expected.type and (expected.index is None or device.index == expected.index)
+def same_device(a: str | torch.device, b: str | torch.device) -> bool:
+    """Device equality that treats a device without an index ("cuda", the current GPU) as any index of its type."""
+    a, b = torch.device(a), torch.device(b)
+    return a.type == b.type and (a.type == "cpu" or a.index is None or b.index is None or a.index == b.index)
 
 
 def majority_device(entries: list[Placement]) -> torch.device | None:
@@ -103,7 +90,7 @@ def odd_ones_out(entries: list[Placement], expected: str | torch.device | None =
     target = torch.device(expected) if expected is not None else majority_device(entries)
     if target is None:
         return []
-    return [e for e in entries if not _matches(e.device, target)]
+    return [e for e in entries if not same_device(e.device, target)]
 
 
 def format_placements(entries: list[Placement], expected: str | torch.device | None = None) -> str:
@@ -111,14 +98,11 @@ def format_placements(entries: list[Placement], expected: str | torch.device | N
     if not entries:
         return "(no tensors)"
     odd = {id(e) for e in odd_ones_out(entries, expected)}
-    rows = [("name", "kind", "device", "shape", "dtype")]
-    rows += [(e.name, e.kind, str(e.device), str(e.shape), str(e.dtype).removeprefix("torch.")) for e in entries]
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    lines = []
-    for i, row in enumerate(rows):
-        line = "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
-        lines.append(line + "  <- odd one out" if i > 0 and id(entries[i - 1]) in odd else line.rstrip())
-    return "\n".join(lines)
+    rows = [("name", "kind", "device", "shape", "dtype", "")]
+    for e in entries:
+        mark = "<- odd one out" if id(e) in odd else ""
+        rows.append((e.name, e.kind, str(e.device), str(e.shape), str(e.dtype).removeprefix("torch."), mark))
+    return format_rows(rows)
 
 
 def report(

@@ -16,37 +16,42 @@ LEAF_TYPES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, to
 """Values ``to_device`` passes through unchanged."""
 
 
-def _is_namedtuple(x: Any) -> bool:
-    return isinstance(x, tuple) and hasattr(x, "_fields")
+def map_batch(batch: Any, fn: Callable[[str, Any], Any], path: str = "batch") -> Any:
+    """Apply ``fn(path, leaf)`` to every leaf of a nested batch (paths like ``batch['y'][0].labels``) and rebuild the
+    mappings, lists, tuples and named tuples around the results, each of its own type (a mapping whose constructor
+    takes other arguments becomes a dict). The one walker of batches: ``to_device`` and ``placement`` use it."""
+    if isinstance(batch, Mapping):
+        mapped = {k: map_batch(v, fn, f"{path}[{k!r}]") for k, v in batch.items()}
+        try:
+            return type(batch)(mapped)
+        except TypeError:
+            return mapped
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a named tuple reads better by field name
+        return type(batch)(*(map_batch(v, fn, f"{path}.{f}") for f, v in zip(batch._fields, batch, strict=True)))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(map_batch(v, fn, f"{path}[{i}]") for i, v in enumerate(batch))
+    return fn(path, batch)
 
 
-def to_device(batch: Any, device: str | torch.device, non_blocking: bool = False, _path: str = "batch") -> Any:
+def to_device(batch: Any, device: str | torch.device, non_blocking: bool = False) -> Any:
     """Return ``batch`` with every tensor moved to ``device``; lists, tuples, named tuples and dicts keep their type.
 
     Numbers, strings, None, dtypes and devices are left alone; anything else raises a TypeError naming where it is.
     ``non_blocking=True`` makes a copy from pinned CPU memory to a GPU return at once, so the Python thread can queue
     more work while it runs; kernels queued later on the same stream still wait for the copy to finish.
     """
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
-    if isinstance(batch, LEAF_TYPES):
-        return batch
-    if isinstance(batch, Mapping):
-        moved = {k: to_device(v, device, non_blocking, f"{_path}[{k!r}]") for k, v in batch.items()}
-        try:
-            return type(batch)(moved)
-        except TypeError:  # a Mapping whose constructor takes other arguments (e.g. defaultdict)
-            return moved
-    if _is_namedtuple(batch):
-        return type(batch)(
-            *(to_device(v, device, non_blocking, f"{_path}.{f}") for f, v in zip(batch._fields, batch, strict=True))
+
+    def move(path: str, leaf: Any) -> Any:
+        if isinstance(leaf, torch.Tensor):
+            return leaf.to(device, non_blocking=non_blocking)
+        if isinstance(leaf, LEAF_TYPES):
+            return leaf
+        raise TypeError(
+            f"to_device cannot move {path} of type {type(leaf).__name__}: use tensors inside lists, tuples, "
+            "named tuples or dicts (numbers, strings and None are passed through), or convert it with torch.as_tensor."
         )
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device, non_blocking, f"{_path}[{i}]") for i, v in enumerate(batch))
-    raise TypeError(
-        f"to_device cannot move {_path} of type {type(batch).__name__}: use tensors inside lists, tuples, "
-        "named tuples or dicts (numbers, strings and None are passed through), or convert it with torch.as_tensor."
-    )
+
+    return map_batch(batch, move)
 
 
 class DeviceDataLoader:
@@ -222,6 +227,8 @@ class DeviceResidentLoader:
     ``(x - mean) / std``. Iterating yields ``(X, y)`` batches that are already on the device, by indexing: no
     per-sample Python work, no copies from the CPU. ``seed=None`` draws a seed from PyTorch's global generator, so
     ``torch.manual_seed`` makes the order reproducible.
+
+    Taught in lesson 05 (notebooks/05_mnist_on_gpu.ipynb, the section on data resident on the device).
     """
 
     def __init__(

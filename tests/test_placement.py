@@ -27,13 +27,13 @@ class WithAttribute(nn.Module):
         return self.fc(x) * self.scale * self.mask
 
 
-def test_batch_tensors_walks_nested_containers_and_skips_other_leaves():
+def test_placements_of_a_batch_walk_nested_containers_and_skip_other_leaves():
     batch = {
         "x": torch.zeros(2),
         "more": [torch.ones(1), ("text", 3, None, torch.ones(4))],
         "pair": Pair(1, torch.ones(5)),
     }
-    names = [name for name, _ in placement.batch_tensors(batch)]
+    names = [e.name for e in placement.placements(batch=batch)]
     assert names == ["batch['x']", "batch['more'][0]", "batch['more'][1][3]", "batch['pair'].targets"]
 
 
@@ -47,7 +47,7 @@ def test_batch_leaves_keeps_every_leaf_and_walks_any_mapping():
         "batch['ids'][1]",
     ]
     assert [leaf for _, leaf in leaves][1:] == ["train", 1, None]
-    assert [name for name, _ in placement.batch_tensors(proxy)] == ["batch['x']"]
+    assert [e.name for e in placement.placements(batch=proxy)] == ["batch['x']"]
 
 
 def test_placements_lists_parameters_buffers_attributes_and_batch():

@@ -17,7 +17,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import nbformat  # noqa: E402
 import pytest  # noqa: E402
 
-from helpers import course  # noqa: E402
+from tools import course  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 os.environ.update(course.CHECK_ENV)

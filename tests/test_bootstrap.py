@@ -34,7 +34,7 @@ import pytest
 import torch
 
 import helpers
-from helpers import course, launch
+from tools import course, launch
 
 ROOT = Path(__file__).resolve().parent.parent
 HIDDEN = ("helpers", "pytorch_gpu_course_helpers", "__editable__", "__pycache__")

@@ -1,18 +1,17 @@
-"""helpers.course: the runner executes notebooks in fresh kernels, reports a table, and names what failed."""
+"""tools.course: the runner executes notebooks in fresh kernels, reports a table, and names what failed."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import sysconfig
 from pathlib import Path
 
+import course_cli
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from helpers import course
+from tools import course
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,10 +23,7 @@ def _notebook(*sources: str) -> nbformat.NotebookNode:
 
 
 def _run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "helpers.course", *args], capture_output=True, text=True, env=full_env, cwd=ROOT
-    )
+    return course_cli.run(course_cli.command(*args), env)
 
 
 def test_find_notebooks_filters_by_prefix_and_pattern(tmp_path):

@@ -1,4 +1,4 @@
-"""helpers.course run: every argument and COURSE_* variable is checked before anything starts (one message, exit
+"""tools.course run: every argument and COURSE_* variable is checked before anything starts (one message, exit
 status 2, no output folder), and a notebook file that is not a notebook fails on its own with a message that says so."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from helpers import course
+from tools import course
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""helpers.course.stop_child_processes: ends what a notebook started, however deep and in whatever session, and
+"""tools.course.stop_child_processes: ends what a notebook started, however deep and in whatever session, and
 nothing else."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import psutil
 
-from helpers import course
+from tools import course
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 PARENT = (

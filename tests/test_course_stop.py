@@ -1,4 +1,4 @@
-"""helpers.course run, stopped from outside: SIGTERM, Ctrl-C (SIGINT) and --timeout end the notebook's kernel and
+"""tools.course run, stopped from outside: SIGTERM, Ctrl-C (SIGINT) and --timeout end the notebook's kernel and
 every process it started, print the table with the lesson marked, and exit non-zero; a second run on the same
 --output folder refuses while the first holds it."""
 
@@ -7,16 +7,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import course_cli
 import nbformat
 import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from helpers import course
+from tools import course
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.notebooks  # each test starts the runner and a kernel: about ten seconds
@@ -60,21 +60,7 @@ def lessons(tmp_path: Path) -> Path:
 
 
 def _start(folder: Path, output: Path, *extra: str) -> subprocess.Popen:
-    command = [
-        sys.executable,
-        "-m",
-        "helpers.course",
-        "run",
-        "--notebooks",
-        str(folder),
-        "--output",
-        str(output),
-        "--no-progress",
-        "--dataset",
-        "FashionMNIST",
-        *extra,
-    ]
-    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return course_cli.start(course_cli.run_lessons_command(folder, output, *extra))
 
 
 def _wait_for_pids(runner: subprocess.Popen, pids: Path) -> list[int]:

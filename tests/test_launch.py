@@ -1,6 +1,6 @@
 """The launch parts of every lesson (badges, GPU runtime metadata, bootstrap) agree with pyproject.toml, name one
 ref for the notebook and its helpers, and carry the helpers' version; the ref fits the release scheme (``main``, or the
-tag ``vX.Y.Z`` of ``helpers.__version__``); ``python -m helpers.launch check`` notices when any of this drifts, and
+tag ``vX.Y.Z`` of ``helpers.__version__``); ``python -m tools.launch check`` notices when any of this drifts, and
 ``sync --ref`` moves all of it to a release tag and back."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
 import helpers
-from helpers import launch
+from tools import launch
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = launch.find_notebooks(ROOT / "notebooks")
@@ -27,9 +27,9 @@ def _copy_repo(tmp_path: Path, url: str = URL) -> tuple[Path, Path]:
     """A minimal repository in tmp_path: pyproject.toml naming ``url``, the files holding the ref and the version, and
     lesson 00. Returns (root, notebook)."""
     (tmp_path / "notebooks").mkdir()
-    (tmp_path / "helpers").mkdir()
-    for name in ("launch.py", "__init__.py"):
-        shutil.copy(ROOT / "helpers" / name, tmp_path / "helpers" / name)
+    for name in ("tools/launch.py", "helpers/__init__.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8").replace(URL, url)
     (tmp_path / "pyproject.toml").write_text(pyproject, encoding="utf-8")
     notebook = tmp_path / "notebooks" / NOTEBOOKS[0].name
@@ -46,7 +46,7 @@ def _check(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name[:2] for p in NOTEBOOKS])
 def test_lesson_agrees_with_pyproject(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
-    assert launch.problems(nb, launch.notebook_path(path, ROOT), URL) == [], "run: python -m helpers.launch sync"
+    assert launch.problems(nb, launch.notebook_path(path, ROOT), URL) == [], "run: python -m tools.launch sync"
 
 
 def test_badges_name_the_configured_repository_and_the_notebook_path() -> None:
@@ -161,7 +161,7 @@ def test_generated_blocks_in_the_docs_are_current(name: str) -> None:
     if not doc.exists():
         pytest.skip(f"no {name}")
     blocks = launch.doc_blocks(URL, NOTEBOOKS, ROOT, doc)
-    assert launch.sync_doc(doc, blocks, write=False) == [], "run: python -m helpers.launch sync"
+    assert launch.sync_doc(doc, blocks, write=False) == [], "run: python -m tools.launch sync"
 
 
 def test_colab_readme_shows_the_bootstrap_and_every_lesson() -> None:
@@ -276,7 +276,7 @@ def test_sync_to_a_release_tag_and_back(tmp_path: Path, capsys) -> None:
 
 def test_sync_refuses_a_tag_that_is_not_the_version(tmp_path: Path, capsys) -> None:
     root, notebook = _copy_repo(tmp_path)
-    files = (notebook, root / "helpers" / "launch.py")
+    files = (notebook, root / "tools" / "launch.py")
     before = [f.read_text(encoding="utf-8") for f in files]
     capsys.readouterr()
     assert launch.main(["sync", "--ref", "v9.9.9", "--pyproject", str(root / "pyproject.toml")]) == 2

@@ -4,10 +4,7 @@ spellings and refuse the rest; COURSE_DATASET says when it overrides the noteboo
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
+import course_cli
 import nbformat
 import pytest
 import torch
@@ -196,25 +193,7 @@ def test_in_a_notebook_run_the_error_is_one_line_and_the_runner_names_it(tmp_pat
         new_code_cell("print('never')"),
     ]
     nbformat.write(new_notebook(metadata=meta, cells=cells), folder / "00_params.ipynb")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "helpers.course",
-            "run",
-            "--notebooks",
-            str(folder),
-            "--output",
-            str(tmp_path / "out"),
-            "--no-progress",
-            "--dataset",
-            "FashionMNIST",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).resolve().parent.parent,
-        check=False,
-    )
+    done = course_cli.run(course_cli.run_lessons_command(folder, tmp_path / "out"))
     assert done.returncode == 1, done.stderr
     message = (
         "EPOCHS = 0 is not allowed: EPOCHS must be a whole number of at least 1, such as 2. Change it in the "

@@ -14,7 +14,7 @@ import nbformat
 import pytest
 from nblint import lint
 
-from helpers import course
+from tools import course
 
 NOTEBOOKS = course.find_notebooks(Path(__file__).resolve().parent.parent / "notebooks")
 IDS = [p.name[:2] for p in NOTEBOOKS]

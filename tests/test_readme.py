@@ -1,9 +1,9 @@
 """The READMEs stay true: every command they show parses, every local link resolves, no output holds a home path.
 
-Commands are read from the ```bash blocks of README.md and colab/README.md. A `python -m helpers.X ...` command is
-parsed by that module's own argument parser (and stopped there, so nothing runs); files and folders a command names
-must exist; a command of a kind this test does not know fails it, so a new command cannot slip in unchecked.
-"""
+Commands are read from the ```bash blocks of README.md and colab/README.md. A `python -m helpers.X ...` or
+`python -m tools.X ...` command is parsed by that module's own argument parser (and stopped there, so nothing runs);
+files and folders a command names must exist; a command of a kind this test does not know fails it, so a new command
+cannot slip in unchecked."""
 
 from __future__ import annotations
 
@@ -87,9 +87,12 @@ def test_every_command_parses(readme: str, command: str, monkeypatch: pytest.Mon
     elif program.startswith("python") and args[:2] == ["-m", "venv"]:
         assert len(args) == 3, command
     elif program.startswith("python") and args[:2] == ["-m", "pytest"]:
-        for a in args[2:]:
+        for before, a in zip(args[1:], args[2:], strict=False):
+            if before in ("-m", "-k"):  # a marker or keyword expression, not a path
+                assert a == "not slow", f"{command}: only the fast loop's -m 'not slow' is documented"
+                continue
             assert a.startswith("-") or (ROOT / a).exists(), f"{command}: {a} does not exist"
-    elif program.startswith("python") and args[0] == "-m" and args[1].startswith("helpers."):
+    elif program.startswith("python") and args[0] == "-m" and args[1].startswith(("helpers.", "tools.")):
         _parse_helpers_command(args[1], args[2:], monkeypatch)
     elif program.startswith("python") and args[0].endswith(".py"):
         assert (ROOT / args[0]).is_file(), command
@@ -99,7 +102,7 @@ def test_every_command_parses(readme: str, command: str, monkeypatch: pytest.Mon
 
 def test_the_readme_shows_its_two_commands() -> None:
     commands = [c for r, c in COMMANDS if r == "README.md"]
-    assert ".venv/bin/python -m helpers.course run --quick" in commands
+    assert ".venv/bin/python -m tools.course run --quick" in commands
     assert ".venv/bin/python -m pytest" in commands
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers import launch, lesson
-from tools import site
+from helpers import lesson
+from tools import launch, site
 
 LESSONS = {"notebooks/05_mnist_on_gpu.ipynb": "lessons/05_mnist_on_gpu"}
 

@@ -4,29 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fake_device import FakeDevice
 
 from helpers import timing
-
-
-class FakeDevice:
-    """A clock that advances only when asked, and a sync that records itself in the same event log."""
-
-    def __init__(self, durations: list[float] | None = None) -> None:
-        self.now = 0.0
-        self.events: list[str] = []
-        self.durations = list(durations or [])
-
-    def clock(self) -> float:
-        self.events.append("clock")
-        return self.now
-
-    def sync(self) -> None:
-        self.events.append("sync")
-
-    def work(self) -> None:
-        self.events.append("fn")
-        if self.durations:
-            self.now += self.durations.pop(0)
 
 
 def test_time_on_device_syncs_around_every_timed_call():

@@ -5,29 +5,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from fake_device import FakeDevice
 from torch.autograd import DeviceType
 
 from helpers import timing
-
-
-class FakeDevice:
-    """A clock that advances only when a call does work, and a sync that does nothing but count."""
-
-    def __init__(self, durations: list[float]) -> None:
-        self.now = 0.0
-        self.events: list[str] = []
-        self.durations = list(durations)
-
-    def clock(self) -> float:
-        return self.now
-
-    def sync(self) -> None:
-        self.events.append("sync")
-
-    def work(self) -> None:
-        self.events.append("fn")
-        if self.durations:
-            self.now += self.durations.pop(0)
 
 
 def t(*seconds: float) -> timing.Timing:

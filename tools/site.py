@@ -33,7 +33,8 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from helpers import course, launch, lesson  # noqa: E402  (the clone's helpers, with or without `pip install -e .`)
+from helpers import lesson  # noqa: E402  (the clone's helpers, with or without `pip install -e .`)
+from tools import course, launch  # noqa: E402  (maintainer tooling, never installed)
 
 LESSON_DIR = "lessons"
 GUIDE = "colab"

@@ -30,7 +30,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers import course
+from tools import course
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCREENSHOTS = ROOT / "build" / "screenshots"

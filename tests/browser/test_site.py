@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import course
+from tools import course
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCREENSHOTS = ROOT / "build" / "screenshots"

@@ -1,7 +1,8 @@
-"""The course runner: execute the lesson notebooks with papermill and summarise them.
+"""The course runner: execute the lesson notebooks with papermill and summarise them (maintainer tooling: it lives in
+tools/, outside the helpers package learners install, and runs from the clone's root).
 
-python -m helpers.course run [--quick] [--device D] [--dataset NAME] [--only PATTERN] [--write-back] [--timeout S]
-python -m helpers.course list
+python -m tools.course run [--quick] [--device D] [--dataset NAME] [--only PATTERN] [--write-back] [--timeout S]
+python -m tools.course list
 
 Every argument is checked before a notebook starts (a bad one: one message, exit status 2). Ctrl-C or SIGTERM, and a
 notebook that runs past --timeout, end the notebook's kernel together with every process it started (torchrun and
@@ -33,7 +34,7 @@ import nbformat
 from helpers import devices
 from helpers.data import ENV_DATASET, canonical_name
 from helpers.devices import ENV_DEVICE
-from helpers.lesson import ENV_QUICK, RECORD_MIME, ParameterError, env_flag
+from helpers.lesson import ENV_QUICK, RECORD_MIME, ParameterError, env_flag, format_rows
 
 if TYPE_CHECKING:
     import psutil
@@ -314,11 +315,7 @@ def format_table(results: list[Result]) -> str:
     """The summary table the runner prints."""
     head = ("notebook", "status", "seconds", "device", "headline figure")
     rows = [(r.name, r.status, f"{r.seconds:.1f}", r.device, r.headline) for r in results]
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
-    line = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [line.format(*head), line.format(*("-" * w for w in widths))]
-    out += [line.format(*row) for row in rows]
-    return "\n".join(out)
+    return format_rows([head, *rows], right=[2])
 
 
 def _fall_back_to_offline_data() -> None:
@@ -341,7 +338,7 @@ def _device_problem(device: str) -> str | None:
     if device.strip().lower() == "auto":
         return None
     try:
-        kind = devices._parse(device).type
+        kind = devices._parse_device_request(device).type
     except ValueError as exc:
         return str(exc)
     if kind == "cpu":
@@ -573,7 +570,7 @@ def _seconds(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m helpers.course", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.course", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="execute notebooks in order, each in a fresh kernel, and print a table")
     p_run.add_argument("--quick", action="store_true", help=f"small parameters, as CI uses (sets {ENV_QUICK}=1)")

@@ -1,13 +1,15 @@
 """Keep every lesson launchable on Colab and Kaggle: header badges, GPU runtime metadata, and the bootstrap.
 
+Maintainer tooling: it lives in tools/, outside the helpers package learners install, and runs from the clone's root.
+
 One ref, ``REF`` below, is both what the badges open and what the bootstrap installs the helpers from, so a learner
 always gets a notebook and the helpers it was written for: ``main`` on the main branch, ``vX.Y.Z`` on a release tag
 (whose ``helpers.__version__`` is ``X.Y.Z``). The bootstrap also carries that version and stops the lesson with one
 message when the imported ``helpers`` is not the course's package in that version.
 
-``python -m helpers.launch check`` lists each notebook part that disagrees with what this module derives from the
+``python -m tools.launch check`` lists each notebook part that disagrees with what this module derives from the
 repository address in pyproject.toml (``[project.urls] Repository``), ``REF``, ``helpers.__version__`` and the
-notebook's path; it exits 1 when there is any. ``python -m helpers.launch sync`` rewrites those parts, and
+notebook's path; it exits 1 when there is any. ``python -m tools.launch sync`` rewrites those parts, and
 ``sync --ref vX.Y.Z`` (or ``--ref main``) first writes that ref into ``REF`` (the release procedure is in
 colab/README.md). Only three parts of a notebook are touched:
 
@@ -18,7 +20,7 @@ colab/README.md). Only three parts of a notebook are touched:
 
 It also keeps two generated blocks in README.md and colab/README.md, between ``<!-- launch:NAME -->`` and
 ``<!-- /launch:NAME -->`` lines: ``map`` (the course map: each lesson with both badges and its local path) and
-``bootstrap`` (the bootstrap's text). ``python -m helpers.launch map`` prints the course map.
+``bootstrap`` (the bootstrap's text). ``python -m tools.launch map`` prints the course map.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from pathlib import Path
 
 import nbformat
 
-from . import COURSE, __version__
+from helpers import COURSE, __version__
+from tools.course import find_notebooks
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -91,8 +94,8 @@ def pyproject_version(pyproject: Path = PYPROJECT) -> str | None:
 
 
 def read_ref(root: Path = ROOT) -> str:
-    """``REF`` as written in ``root``'s helpers/launch.py (this module's own value where that file is missing)."""
-    path = root / "helpers" / "launch.py"
+    """``REF`` as written in ``root``'s tools/launch.py (this module's own value where that file is missing)."""
+    path = root / "tools" / "launch.py"
     match = _REF_LINE.search(path.read_text(encoding="utf-8")) if path.exists() else None
     return match.group(1) if match else REF
 
@@ -105,8 +108,8 @@ def read_version(root: Path = ROOT) -> str:
 
 
 def write_ref(root: Path, ref: str) -> bool:
-    """Write ``ref`` into ``REF`` of ``root``'s helpers/launch.py; False where there is no such file."""
-    path = root / "helpers" / "launch.py"
+    """Write ``ref`` into ``REF`` of ``root``'s tools/launch.py; False where there is no such file."""
+    path = root / "tools" / "launch.py"
     if not path.exists():
         return False
     text = path.read_text(encoding="utf-8")
@@ -171,7 +174,7 @@ import os
 import subprocess
 import sys
 
-HELPERS_VERSION = "{version}"  # this line and the next: written by python -m helpers.launch sync
+HELPERS_VERSION = "{version}"  # this line and the next: written by python -m tools.launch sync
 source = os.environ.get("{ENV_SOURCE}", "{install_source(url, ref)}")
 
 
@@ -218,11 +221,6 @@ def notebook_path(path: Path, root: Path = ROOT) -> str:
         return path.resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
         return f"notebooks/{path.name}"
-
-
-def find_notebooks(folder: Path = NOTEBOOKS) -> list[Path]:
-    """Every lesson notebook (``NN_*.ipynb``) in ``folder``, in order."""
-    return sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb"))
 
 
 def _split_bootstrap(source: str) -> tuple[str, str] | None:
@@ -366,7 +364,7 @@ def sync_doc(doc: Path, blocks: dict[str, str], write: bool) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """``check``: report disagreements (exit 1 if any); ``sync``: rewrite them (``--ref``: for that ref first)."""
-    parser = argparse.ArgumentParser(prog="python -m helpers.launch", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.launch", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["check", "sync", "map"])
     parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks to handle (default: every lesson)")
     parser.add_argument("--pyproject", type=Path, default=PYPROJECT, help="where the repository address is")
@@ -387,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"cannot sync to {args.ref}: {problem}", file=sys.stderr)
             return 2
         if read_ref(root) != args.ref and write_ref(root, args.ref):
-            print(f"helpers/launch.py: REF = {args.ref!r}")
+            print(f"tools/launch.py: REF = {args.ref!r}")
     ref = args.ref or read_ref(root)
     paths = args.notebooks or find_notebooks(root / "notebooks")
     if args.command == "map":

@@ -103,6 +103,44 @@ def check_bandwidth(gb_per_s: float | None, x: torch.Tensor, seconds: float) -> 
     return _verdict(name, True, "")
 
 
+def _first_line(err: BaseException) -> str:
+    """``Type: first line of the message``, for a hint about an error the learner's code raised."""
+    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+
+
+@exercise("01_device_agnostic_noise")
+def check_add_noise(add_noise: Callable[[torch.Tensor, float], torch.Tensor] | None, device: torch.device) -> bool:
+    """Lesson 01: ``add_noise(x, std)`` returns ``x`` plus Gaussian noise of standard deviation ``std``, the noise made
+    on ``x``'s device in ``x``'s dtype. Run on ``device`` in float32 (the noise measured), then in bfloat16 on the GPU,
+    or where there is none on the meta device, which refuses a tensor made on the CPU as a GPU does."""
+    from helpers.placement import gpu_or_meta
+
+    name = "device-agnostic noise"
+    if _unanswered(name, add_noise):
+        return False
+    if not callable(add_noise):
+        return _verdict(name, False, f"add_noise should be a function, got {type(add_noise).__name__}")
+    for where, dtype in ((torch.device(device), torch.float32), (gpu_or_meta(), torch.bfloat16)):
+        x = torch.zeros(100_000, device=where, dtype=dtype)
+        try:
+            out = add_noise(x, 0.5)
+        except Exception as err:  # the learner's code: any error becomes a hint
+            fix = "make the noise with device=x.device, dtype=x.dtype (or torch.randn_like(x))"
+            return _verdict(name, False, f"for x on {where} ({dtype}) it raised {_first_line(err)}; {fix}")
+        if not isinstance(out, torch.Tensor):
+            return _verdict(name, False, f"add_noise should return a tensor, got {type(out).__name__}")
+        if not same_device(out.device, where) or out.dtype != dtype or out.shape != x.shape:
+            got = f"{out.device}, {out.dtype}, {tuple(out.shape)}"
+            return _verdict(name, False, f"for x on {where} in {dtype} it returned {got}: the noise must follow x")
+        if where.type != "meta":
+            noise = (out - x).float()
+            mean, std = noise.mean().item(), noise.std().item()
+            if abs(mean) > 0.05 or not 0.45 < std < 0.55:
+                fix = "torch.randn(...) * std, added to x and not written into it"
+                return _verdict(name, False, f"the noise had mean {mean:.3f} and std {std:.3f}, not 0 and 0.5: {fix}")
+    return _verdict(name, True, "")
+
+
 # --- lesson 02 -------------------------------------------------------------------------------------------------
 
 
@@ -165,6 +203,59 @@ def check_batch_on_device(moved: Any, original: Any, device: torch.device) -> bo
             return _verdict(name, False, f"{path} changed shape or dtype: was {tuple(w.shape)} {w.dtype}")
         if g.device.type != "meta" and w.device.type != "meta" and not torch.equal(g.cpu(), w.cpu()):
             return _verdict(name, False, f"{path} holds other values than the original")
+    return _verdict(name, True, "")
+
+
+@exercise("02_fix_the_train_step")
+def check_train_step(train_step: Callable | None, device: torch.device, steps: int = 5) -> bool:
+    """Lesson 02: ``train_step(model, images, labels, optimizer)`` takes a batch on the CPU for a model on any device,
+    uses class weights ``linspace(0.5, 1.5, 10)`` in its cross-entropy and returns the loss tensor. Run for real on
+    ``device`` (the loss must match, be finite and go down, the parameters change), then with the model on the GPU, or
+    where there is none on the meta device, which refuses a tensor left on the CPU as a GPU does."""
+    import copy
+    import math
+
+    import torch.nn.functional as F
+    from torch import nn
+
+    from helpers.placement import gpu_or_meta
+
+    name = "fix the training step"
+    if _unanswered(name, train_step):
+        return False
+    if not callable(train_step):
+        return _verdict(name, False, f"train_step should be a function, got {type(train_step).__name__}")
+    gen = torch.Generator().manual_seed(0)
+    images = torch.randn(64, 1, 8, 8, generator=gen)  # (B, 1, 8, 8), on the CPU as a DataLoader hands it over
+    labels = torch.randint(0, 10, (64,), generator=gen)  # (B,)
+    with torch.random.fork_rng(devices=[]):  # the same model every time, without touching the learner's seed
+        torch.manual_seed(0)
+        template = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    with torch.no_grad():
+        expected = F.cross_entropy(template(images), labels, weight=torch.linspace(0.5, 1.5, 10)).item()
+    for where in dict.fromkeys([torch.device(device), gpu_or_meta()]):  # one run when both are the same GPU
+        model = copy.deepcopy(template).to(where)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        before = [p.detach().clone() for p in model.parameters()]
+        try:
+            losses = [train_step(model, images, labels, optimizer) for _ in range(steps)]
+        except Exception as err:  # the learner's code: any error becomes a hint
+            return _verdict(name, False, f"with the model on {where} and the batch on the CPU: {_first_line(err)}")
+        if not all(isinstance(loss, torch.Tensor) and loss.dim() == 0 for loss in losses):
+            return _verdict(name, False, "return the loss as a 0-dim tensor (loss.detach()), not a number")
+        if not same_device(losses[0].device, where):
+            return _verdict(name, False, f"the loss is on {losses[0].device}, the model on {where}: compute it there")
+        if where.type == "meta":
+            continue  # shapes only: the numbers were checked on the lesson's device
+        values = [loss.item() for loss in losses]
+        if abs(values[0] - expected) > 1e-4 * max(1.0, abs(expected)):
+            return _verdict(name, False, f"first loss {values[0]:.4f}, expected {expected:.4f}: keep the class weights")
+        if not all(math.isfinite(v) for v in values):
+            return _verdict(name, False, f"the loss is not finite: {values}")
+        if all(torch.equal(b, p.detach()) for b, p in zip(before, model.parameters(), strict=True)):
+            return _verdict(name, False, "the parameters did not change: call loss.backward() and optimizer.step()")
+        if not values[-1] < values[0]:
+            return _verdict(name, False, f"the loss did not go down over {steps} steps on one batch: {values}")
     return _verdict(name, True, "")
 
 

@@ -5,7 +5,7 @@ import torch
 from helpers.checks import CHECKERS
 
 DEVICE = torch.device("cpu")
-TESTED = {"01_move_with_dtype", "01_copy_bandwidth"}
+TESTED = {"01_move_with_dtype", "01_copy_bandwidth", "01_device_agnostic_noise"}
 
 
 def test_every_lesson_01_checker_is_tested():
@@ -35,3 +35,40 @@ def test_copy_bandwidth():
     assert check(x.numel() / 0.002 / 1e9, x, 0.002) is False  # forgot the bytes per element
     assert check(right * 8, x, 0.002) is False  # gigabits, not gigabytes
     assert check("2.1", x, 0.002) is False
+
+
+def noise_made_on_the_cpu(x, std):  # the function as the lesson hands it over
+    return x + torch.randn(x.shape) * std
+
+
+def noise_moved_but_float32(x, std):
+    return x + (torch.randn(x.shape) * std).to(x.device)
+
+
+def noise_of_std_one(x, std):
+    return x + torch.randn_like(x)
+
+
+def noise_written_into_x(x, std):
+    return x.add_(torch.randn_like(x) * std)
+
+
+def noise_reference(x, std):
+    return x + torch.randn(x.shape, device=x.device, dtype=x.dtype) * std
+
+
+def test_device_agnostic_noise(capsys):
+    check = CHECKERS["01_device_agnostic_noise"]
+    assert check(noise_reference, DEVICE) is True
+    assert check(lambda x, std: x + torch.randn_like(x) * std, DEVICE) is True
+    assert check(None, DEVICE) is False
+    capsys.readouterr()
+    # Without a GPU the meta device is what refuses the CPU-made noise, so this fails on a CPU-only machine too.
+    assert check(noise_made_on_the_cpu, DEVICE) is False
+    assert "raised RuntimeError" in capsys.readouterr().out
+    assert check(noise_moved_but_float32, DEVICE) is False
+    assert "torch.float32" in capsys.readouterr().out
+    assert check(noise_of_std_one, DEVICE) is False
+    assert check(noise_written_into_x, DEVICE) is False
+    assert check(lambda x, std: None, DEVICE) is False
+    assert check("add_noise", DEVICE) is False

@@ -4,10 +4,11 @@ from types import MappingProxyType
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from helpers.checks import CHECKERS
 
-TESTED = {"02_read_the_error", "02_batch_on_device"}
+TESTED = {"02_read_the_error", "02_batch_on_device", "02_fix_the_train_step"}
 NEW = (
     "Expected all tensors to be on the same device, but got mat1 is on cpu, different from other tensors on "
     "cuda:0 (when checking argument in method wrapper_CUDA_addmm)"
@@ -83,3 +84,44 @@ def test_batch_on_device_compares_by_path_and_never_raises():
     assert check(wrapped, wrapped, meta) is False
     with_array = {"images": torch.ones(2), "extra": np.zeros(3)}  # == on arrays has no single truth value
     assert check({"images": torch.ones(2, device="meta"), "extra": np.ones(3)}, with_array, meta) is False
+
+
+def weights(device=None):
+    return torch.linspace(0.5, 1.5, 10, device=device)
+
+
+def step_as_handed_over(model, images, labels, optimizer):  # the broken step of the lesson
+    logits = model(images.to(next(model.parameters()).device))
+    loss = F.cross_entropy(logits, labels, weight=weights())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+def step(model, images, labels, optimizer, *, move_labels=True, weighted=True, update=True, as_number=False):
+    device = next(model.parameters()).device
+    logits = model(images.to(device))
+    labels = labels.to(device) if move_labels else labels
+    loss = F.cross_entropy(logits, labels, weight=weights(device) if weighted else None)
+    optimizer.zero_grad()
+    loss.backward()
+    if update:
+        optimizer.step()
+    return loss.item() if as_number else loss.detach()
+
+
+def test_fix_the_train_step(capsys):
+    check = CHECKERS["02_fix_the_train_step"]
+    device = torch.device("cpu")
+    assert check(step, device) is True
+    assert check(None, device) is False
+    capsys.readouterr()
+    # On this CPU-only machine the meta device stands in for the GPU and raises the mismatch.
+    assert check(step_as_handed_over, device) is False
+    assert "RuntimeError" in capsys.readouterr().out
+    assert check(lambda *a: step(*a, move_labels=False), device) is False
+    assert check(lambda *a: step(*a, weighted=False), device) is False  # the class weights were dropped
+    assert check(lambda *a: step(*a, update=False), device) is False  # nothing learned
+    assert check(lambda *a: step(*a, as_number=True), device) is False  # .item() every step
+    assert check("train_step", device) is False

@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from helpers.transfer import DeviceDataLoader, to_device
+from helpers import placement
+from helpers.transfer import DeviceDataLoader, map_batch, to_device
 
 META = torch.device("meta")
 
@@ -90,6 +91,19 @@ def test_unsupported_type_names_where_it_is():
 def test_unsupported_type_in_named_tuple_field():
     with pytest.raises(TypeError, match=r"batch\.labels of type object"):
         to_device(Batch(torch.ones(1), object()), META)
+
+
+def test_one_walker_for_moving_and_listing():
+    """to_device and placement.batch_leaves walk a batch the same way: same leaves, same paths, same containers."""
+    batch = {"pair": Batch(torch.ones(2), torch.arange(2)), "shape": torch.Size([2, 3]), "rest": [(1, "a"), None]}
+    seen = []
+    rebuilt = map_batch(batch, lambda path, leaf: seen.append(path) or leaf)
+    assert seen == [path for path, _ in placement.batch_leaves(batch)]
+    assert seen[:3] == ["batch['pair'].images", "batch['pair'].labels", "batch['shape'][0]"]
+    assert type(rebuilt["pair"]) is Batch and type(rebuilt["shape"]) is torch.Size
+    assert rebuilt["rest"] == [(1, "a"), None]
+    moved = to_device(batch, META)
+    assert moved["pair"].labels.device == META and moved["shape"] == torch.Size([2, 3])
 
 
 def _loader(n: int = 10, batch_size: int = 4, **kwargs) -> DataLoader:

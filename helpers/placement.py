@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from helpers.lesson import format_rows
 from helpers.transfer import map_batch
 
 
@@ -95,6 +94,8 @@ def odd_ones_out(entries: list[Placement], expected: str | torch.device | None =
 
 def format_placements(entries: list[Placement], expected: str | torch.device | None = None) -> str:
     """A plain-text table, one row per tensor, the odd ones out marked with ``<-``."""
+    from helpers.lesson import format_rows  # the course's table printer; lesson imports torchvision, so only here
+
     if not entries:
         return "(no tensors)"
     odd = {id(e) for e in odd_ones_out(entries, expected)}

@@ -33,7 +33,7 @@ SLOW = (
     "tests/test_course_processes.py",  # process trees with grace periods
     "tests/test_lesson05.py",  # executes lesson 05
     # Single tests (path::name; every parametrisation of it). Child processes (torchrun, DDP, mp.spawn, the runner,
-    # python -c), executed notebooks, or more than about a second on an idle two-core machine.
+    # python -c that imports torch), executed notebooks, or over about a second measured (--durations, two cores).
     "tests/test_bench.py::test_quick_run_prints_the_table",
     "tests/test_bench_cli.py::test_negative_subset_is_refused_before_anything_runs",
     "tests/test_checkpoints_faults.py::test_ctrl_c_during_a_real_save",

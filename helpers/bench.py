@@ -30,9 +30,10 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Subset, TensorDataset
 
 from helpers import data, devices, timing
+from helpers.lesson import format_rows
 from helpers.models import build_model
 from helpers.timing import format_seconds, time_on_device
-from helpers.transfer import DeviceDataLoader, DeviceResidentLoader, to_device
+from helpers.transfer import DeviceDataLoader, DeviceResidentLoader
 
 PIPELINES = ("lab", "workers", "pinned", "wrapper", "indexed", "resident")
 """Every row the benchmark knows, in table order; ``default_pipelines`` picks those that mean something on a device."""
@@ -376,18 +377,17 @@ def _step_fn(task: str, device: torch.device, seed: int) -> Callable[[torch.Tens
 
 
 class _Runner:
-    """Runs a number of batches of one pipeline through one task, moving each batch to the device first."""
+    """Runs a number of batches of one pipeline through one task, each batch moved to the device first (by
+    ``DeviceDataLoader``, whose rule makes the copies non-blocking where the loader pins memory)."""
 
     def __init__(self, loader: Iterable, task: str, device: torch.device, seed: int = 0) -> None:
-        self.loader, self.device = loader, device
+        self.loader = DeviceDataLoader(loader, device)  # a batch already on the device is left where it is
         self.step = _step_fn(task, device, seed)
-        self.non_blocking = bool(getattr(loader, "pin_memory", False))
         self.images = self.batches = 0
 
     def __call__(self, batches: int | None) -> None:
         images = count = 0
         for X, y in islice(iter(self.loader), batches):  # each call starts a new pass: a new shuffle
-            X, y = to_device((X, y), self.device, self.non_blocking)
             self.step(X, y)
             images += len(y)
             count += 1
@@ -536,9 +536,7 @@ def format_table(results: list[Measurement], epoch_images: int | None = None, wo
         if epoch_images:
             cells.append(f"{epoch_images / by[(p, tasks[-1])].images_per_second:.1f} s")
         rows.append(cells)
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    fmt = "  ".join(f"{{:<{widths[0]}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
-    return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths)), *(fmt.format(*r) for r in rows)])
+    return format_rows([head, *rows], right=range(1, len(head)))
 
 
 def findings(results: list[Measurement], workers: int = 2) -> list[str]:
@@ -627,9 +625,7 @@ def format_grid(grid: dict[str, dict[int, Measurement]], epoch_images: int | Non
             if epoch_images:
                 cells.append(f"{epoch_images / m.images_per_second:.1f} s")
             rows.append(cells)
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
-    return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths)), *(fmt.format(*r) for r in rows)])
+    return format_rows([head, *rows], right=range(len(head)))
 
 
 def grid_findings(grid: dict[str, dict[int, Measurement]]) -> list[str]:
@@ -686,7 +682,7 @@ def _folder(text: str) -> str:
     return text
 
 
-def _parse(argv: list[str]) -> argparse.Namespace:
+def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m helpers.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", help="device to run on (default: auto, as pick_device chooses)")
     parser.add_argument(
@@ -709,7 +705,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the table; returns the exit status."""
-    args = _parse(sys.argv[1:] if argv is None else argv)
+    args = _parse_args(sys.argv[1:] if argv is None else argv)
     try:
         device = devices.pick_device(args.device)
         dataset = data.load_dataset(args.dataset, train=True, root=args.data_dir, verbose=False)

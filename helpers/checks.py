@@ -262,23 +262,12 @@ def check_train_step(train_step: Callable | None, device: torch.device, steps: i
 # --- lesson 03 -------------------------------------------------------------------------------------------------
 
 
-def _tensor_attributes(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Every tensor a module and its children hold: parameters, buffers and plain tensor attributes."""
-    found = {}
-    for prefix, sub in module.named_modules():
-        for key, value in vars(sub).items():
-            if isinstance(value, torch.Tensor) and not key.startswith("_"):
-                found[f"{prefix}.{key}" if prefix else key] = value
-        for key, value in (*sub._parameters.items(), *sub._buffers.items()):
-            if value is not None:
-                found[f"{prefix}.{key}" if prefix else key] = value
-    return found
-
-
 @exercise("03_buffers_move")
 def check_buffers_move(module: torch.nn.Module | None, device: torch.device) -> bool:
     """Lesson 03: a module whose ``mean`` and ``std`` are buffers, saved in its state_dict, on ``device``."""
     import copy
+
+    from helpers.placement import module_tensors
 
     name = "mean and std as buffers"
     if _unanswered(name, module):
@@ -294,7 +283,8 @@ def check_buffers_move(module: torch.nn.Module | None, device: torch.device) -> 
     if unsaved:
         return _verdict(name, False, f"{' and '.join(unsaved)} is missing from state_dict(); keep persistent=True")
     # Moving a copy to the meta device reveals tensors that stay behind, even on a machine whose only device is the CPU.
-    stay = [k for k, t in _tensor_attributes(copy.deepcopy(module).to("meta")).items() if t.device.type != "meta"]
+    moved = copy.deepcopy(module).to("meta")
+    stay = [k for k, _, t in module_tensors(moved, "module") if t.device.type != "meta"]
     if stay:
         return _verdict(name, False, f"{', '.join(stay)} did not move with .to(); register it as a buffer")
     wrong = [k for k in ("mean", "std") if not _same_device(buffers[k].device, device)]
@@ -438,6 +428,110 @@ def check_predict_proba(
     if not model.training:
         return _verdict(name, False, "the model was left in eval mode; restore it with model.train(was_training)")
     return _verdict(name, True, "")
+
+
+def _cpu_tensors_made(numel: int) -> Any:
+    """A TorchFunctionMode that records the torch functions whose result is a CPU tensor of ``numel`` elements."""
+    from torch.overrides import TorchFunctionMode
+
+    class CpuTensorsMade(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.found: list[str] = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (list, tuple)) else (out,):
+                if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.numel() == numel:
+                    self.found.append(getattr(func, "__name__", str(func)))
+            return out
+
+    return CpuTensorsMade()
+
+
+def _resident_generator(where: torch.device, seed: int) -> torch.Generator:
+    """A generator on ``where`` (a CPU one for the meta device, which has none), seeded."""
+    return torch.Generator(device="cpu" if where.type == "meta" else where).manual_seed(seed)
+
+
+@exercise("05_resident_batches")
+def check_resident_batches(epoch_batches: Callable | None, device: torch.device) -> bool:
+    """Lesson 05: ``epoch_batches(X, y, batch_size, generator)`` returns one shuffled epoch of ``(X, y)`` batches, cut
+    from ``torch.randperm(len(y), device=X.device, generator=generator)``: every sample once, the same batches as
+    that permutation gives. Run on ``device`` (values checked), then on the GPU, or without one on the meta device,
+    where a permutation made on the CPU (then used or copied over) is recorded and refused."""
+    from helpers.placement import gpu_or_meta
+
+    name = "one epoch of device-resident batches"
+    if _unanswered(name, epoch_batches):
+        return False
+    if not callable(epoch_batches):
+        return _verdict(name, False, f"epoch_batches should be a function, got {type(epoch_batches).__name__}")
+    n, batch_size, seed = 10, 4, 7
+    for where in (torch.device(device), gpu_or_meta()):
+        X = torch.arange(2 * n, dtype=torch.float32, device=where).view(n, 2)  # (N, 2): row i holds 2i and 2i+1
+        y = torch.arange(n, device=where)  # (N,): sample i has label i, so a batch says which samples it holds
+        with torch.random.fork_rng(devices=[]), _cpu_tensors_made(n) as made:
+            try:
+                batches = [tuple(b) for b in epoch_batches(X, y, batch_size, _resident_generator(where, seed))]
+            except Exception as err:  # the learner's code: any error becomes a hint
+                fix = "make the permutation with torch.randperm(len(y), device=X.device, generator=generator)"
+                return _verdict(name, False, f"with X on {where} it raised {_first_line(err)}; {fix}")
+        if where.type != "cpu" and made.found:
+            return _verdict(
+                name,
+                False,
+                f"with X on {where}, {made.found[0]} made a tensor of {n} elements on the CPU: build the permutation "
+                "where the data is, torch.randperm(len(y), device=X.device, generator=generator)",
+            )
+        if not all(len(b) == 2 and all(isinstance(t, torch.Tensor) for t in b) for b in batches):
+            return _verdict(name, False, "each batch should be a pair of tensors (X_batch, y_batch)")
+        elsewhere = sorted({str(t.device) for b in batches for t in b if not same_device(t.device, where)})
+        if elsewhere:
+            return _verdict(name, False, f"with X on {where} some batches are on {', '.join(elsewhere)}")
+        sizes = [len(b[1]) for b in batches]
+        if where.type == "meta":
+            if sizes != [len(c) for c in torch.arange(n).split(batch_size)]:
+                return _verdict(name, False, f"{n} samples in batches of {batch_size} gave batch sizes {sizes}")
+            continue
+        labels = torch.cat([b[1] for b in batches]).cpu() if batches else torch.zeros(0, dtype=torch.long)
+        counts = torch.bincount(labels, minlength=n)
+        if not bool((counts == 1).all()):
+            missing, repeated = int((counts == 0).sum()), int((counts > 1).sum())
+            return _verdict(
+                name, False, f"of {n} samples, {missing} are missing and {repeated} repeated: an epoch holds each once"
+            )
+        if any(not torch.equal(bx.cpu(), 2 * by.cpu()[:, None] + torch.tensor([0.0, 1.0])) for bx, by in batches):
+            return _verdict(name, False, "the images and labels of a batch do not belong together: index both alike")
+        order = torch.randperm(n, device=where, generator=_resident_generator(where, seed)).cpu()
+        if sizes != [len(c) for c in order.split(batch_size)] or not torch.equal(labels, order):
+            return _verdict(
+                name,
+                False,
+                f"batches of sizes {sizes} in another order than the permutation would give: cut "
+                "torch.randperm(len(y), device=X.device, generator=generator) into slices of batch_size, in order",
+            )
+    return _verdict(name, True, "")
+
+
+@exercise("05_best_change")
+def check_best_change(best_change: str | None, results: list, task: str = "cnn") -> bool:
+    """Lesson 05: the pipeline (a name in ``bench.PIPELINES``) whose one change raised ``task``'s images per second
+    most against the row it changes from, in this run's ``results``."""
+    from helpers import bench
+
+    name = f"the change that paid most ({bench.TASK_TITLES[task]})"
+    if _unanswered(name, best_change):
+        return False
+    ratios = {p: c.ratio for (p, t), c in bench.row_comparisons(results).items() if t == task}
+    if best_change not in ratios:
+        rows = ", ".join(repr(p) for p in ratios)
+        return _verdict(name, False, f"answer with the pipeline name of a row that changes one thing: one of {rows}")
+    best = max(ratios, key=ratios.__getitem__)
+    got, top = bench.ratio_text(ratios[best_change]), bench.ratio_text(ratios[best])
+    return _verdict(
+        name, best_change == best, f"{best_change!r} gained {got} over its row; another row gained more ({top})"
+    )
 
 
 # --- lesson 06 -------------------------------------------------------------------------------------------------

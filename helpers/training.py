@@ -36,10 +36,6 @@ class History:
     def __len__(self) -> int:
         return len(self.train_loss)
 
-    def last(self) -> dict[str, float]:
-        """The figures of the last epoch, by name."""
-        return {k: v[-1] for k, v in vars(self).items() if v}
-
 
 def _total(loader: Iterable) -> int | None:
     try:

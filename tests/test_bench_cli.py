@@ -61,5 +61,5 @@ def test_bad_values_name_the_allowed_ones(argv, message, capsys):
 
 
 def test_good_values_pass_the_checks(tmp_path):
-    args = bench._parse(["--subset", "640", "--data-dir", str(tmp_path / "new"), "--dataset", "fashion-mnist"])
+    args = bench._parse_args(["--subset", "640", "--data-dir", str(tmp_path / "new"), "--dataset", "fashion-mnist"])
     assert (args.subset, args.data_dir, args.dataset) == (640, str(tmp_path / "new"), "FashionMNIST")

@@ -49,15 +49,17 @@ SENTENCE = re.compile(r"^- Row (\d), .*, against row (\d) \(images/s ratio\): (.
 
 
 def test_pipeline_sentences_quote_the_table_of_the_same_run(executed_notebook):
-    out = _stdout(executed_notebook("05"), "c23")
+    nb = executed_notebook("05")
+    out, said = _stdout(nb, "c23"), _stdout(nb, "findings")  # the table, read first; then the sentences
     table = {int(n): re.findall(r"(-|[\d.]+x)(?:\s|$)", cells) for n, cells in ROW.findall(out)}
     assert sorted(table) == [1, 2, 3, 4], out  # the CPU's rows: lab, + workers, + converted once, + by index
-    sentences = SENTENCE.findall(out)
+    assert not SENTENCE.findall(out), "the sentences come after the learner has read the table"
+    sentences = SENTENCE.findall(said)
     assert [int(row) for row, _, _ in sentences] == [2, 3, 4]
     for row, _, body in sentences:
         quoted = re.findall(r"(?:data only|linear model|CNN) ([\d.]+x), ", body)
         assert quoted == table[int(row)], (row, body, table[int(row)])
-    assert re.search(r"^- Section 4's three parts, added \(.+\) and row 1's whole step with the linear", out, re.M)
+    assert re.search(r"^- Section 4's three parts, added \(.+\) and row 1's whole step with the linear", said, re.M)
 
 
 def test_batch_size_sentences_come_from_the_grid_printed_beside_them(executed_notebook):

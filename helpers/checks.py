@@ -734,3 +734,160 @@ def check_keep_rule(fn: Callable | None) -> bool:
             return _verdict(name, False, f"before={before}, after={after}: it said {got!r}, expected {expected!r}; "
                                          "keep only when the slowest run after beats the fastest run before")
     return _verdict(name, True, "")
+_HOST_READS = {"item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__", "__repr__",
+               "__format__"}
+"""Tensor methods that copy values to the host, so the CPU waits for the device (``if t > 0`` calls __bool__)."""
+
+
+class _Recorder(torch.overrides.TorchFunctionMode):
+    """Notes, while active, every host read of a tensor and the device of every tensor a torch function returns.
+
+    Only calls made by the code under test are seen: a torch function's own inner calls run with the mode off."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.host_reads: list[str] = []
+        self.made_on: set[str] = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        to_host = name == "to" and any(str(a).startswith("cpu") for a in list(args[1:]) + list((kwargs or {}).values()))
+        if name in _HOST_READS or to_host:
+            self.host_reads.append(name)
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor):
+            self.made_on.add(out.device.type)
+        return out
+
+
+@exercise("08_hidden_sync")
+def check_hidden_sync(evaluate: Callable | None, device: torch.device) -> bool:
+    """Lesson 08: ``evaluate(model, batches)`` returns the accuracy over the batches and reads the device once."""
+    name = "find the hidden synchronisation"
+    if _unanswered(name, evaluate):
+        return False
+    if not callable(evaluate):
+        return _verdict(name, False, f"evaluate should be a function, got {type(evaluate).__name__}")
+    g = torch.Generator().manual_seed(8)
+    model = torch.nn.Linear(12, 5).to(device)
+    batches = [(torch.randn(32, 12, generator=g).to(device), torch.randint(0, 5, (32,), generator=g).to(device))
+               for _ in range(10)]
+    with torch.no_grad():
+        correct = sum(int((model(X).argmax(dim=1) == y).sum()) for X, y in batches)
+    expected = correct / (32 * len(batches))
+    recorder = _Recorder()
+    try:
+        with torch.no_grad(), recorder:
+            got = evaluate(model, batches)
+    except Exception as err:  # the learner's code: any error becomes a hint
+        return _verdict(name, False, f"it raised {_first_line(err)}")
+    if isinstance(got, torch.Tensor):
+        return _verdict(name, False, "it returned a tensor: read the total back once, at the end, with .item()")
+    if not isinstance(got, (int, float)) or abs(got - expected) > 1e-6:
+        return _verdict(name, False, f"it returned {got!r}, the accuracy is {expected:.4f}")
+    if len(recorder.host_reads) > 2:
+        reads = ", ".join(sorted(set(recorder.host_reads)))
+        return _verdict(name, False, f"it read values back to the host {len(recorder.host_reads)} times over "
+                                     f"{len(batches)} batches ({reads}): keep the running count on the device")
+    return _verdict(name, True, "")
+
+
+
+
+class _QueuedClock:
+    """A fake device: ``work()`` queues ``work_s`` seconds and returns at once, ``sync()`` waits for the queue, and
+    ``clock()`` reads the time. It starts with ``queued_s`` seconds of earlier work still running."""
+
+    def __init__(self, queued_s: float = 2.0, launch_s: float = 0.001, work_s: float = 0.5) -> None:
+        self.now, self.pending, self.launch_s, self.work_s = 0.0, queued_s, launch_s, work_s
+        self.calls = {"work": 0, "sync": 0, "clock": 0}
+
+    def work(self) -> None:
+        self.calls["work"] += 1
+        self.now += self.launch_s  # the Python side of a launch
+        self.pending += self.work_s
+
+    def sync(self) -> None:
+        self.calls["sync"] += 1
+        self.now += self.pending
+        self.pending = 0.0
+
+    def clock(self) -> float:
+        self.calls["clock"] += 1
+        return self.now
+
+
+@exercise("09_time_it_right")
+def check_time_it(time_it: Callable | None) -> bool:
+    """Lesson 09: ``time_it(fn, sync, clock)`` returns the seconds ``fn()``'s device work takes, queued work included
+    and earlier work excluded, measured with a fake device whose clock only sees finished work after ``sync()``."""
+    name = "time it right"
+    if _unanswered(name, time_it):
+        return False
+    if not callable(time_it):
+        return _verdict(name, False, f"time_it should be a function, got {type(time_it).__name__}")
+    fake = _QueuedClock()
+    try:
+        got = time_it(fake.work, fake.sync, fake.clock)
+    except Exception as err:  # the learner's code: any error becomes a hint
+        return _verdict(name, False, f"it raised {_first_line(err)}")
+    expected = fake.launch_s + fake.work_s
+    if fake.calls["work"] != 1:
+        return _verdict(name, False, f"it called fn {fake.calls['work']} times; call it once between the clock reads")
+    if not isinstance(got, (int, float)):
+        return _verdict(name, False, f"it returned {got!r}; return the seconds as a number")
+    if fake.calls["sync"] == 0:
+        return _verdict(name, False, f"it measured {got:.3f} s, the work takes {expected:.3f} s: it never calls "
+                                     "sync(), so the clock stops before the device has finished")
+    if abs(got - expected) > 1e-9:
+        if got > expected + fake.launch_s:
+            why = "the device was still busy with earlier work when the clock started: sync() before the first read"
+        else:
+            why = "the queued work was not finished when the clock was read again: sync() before the last read"
+        return _verdict(name, False, f"it measured {got:.3f} s, the work takes {expected:.3f} s: {why}")
+    return _verdict(name, True, "")
+
+
+@exercise("09_flip_on_device")
+def check_flip_half(flip_half: Callable | None, device: torch.device) -> bool:
+    """Lesson 09: ``flip_half(X, generator)`` mirrors a random half of the (B, C, H, W) batch left-right, with the
+    random choice made on ``X.device`` from ``generator``. Run on ``device`` (values checked), then on the GPU or,
+    where there is none, the meta device, recording where every tensor it makes lives."""
+    from helpers.placement import gpu_or_meta
+
+    name = "augment on the device"
+    if _unanswered(name, flip_half):
+        return False
+    if not callable(flip_half):
+        return _verdict(name, False, f"flip_half should be a function, got {type(flip_half).__name__}")
+    for where in (torch.device(device), gpu_or_meta()):
+        X = torch.arange(512 * 2 * 4 * 6, dtype=torch.float32, device=where).reshape(512, 2, 4, 6)  # (B, C, H, W)
+        on = where if where.type != "meta" else torch.device("cpu")  # meta has no generator; its ops take a CPU one
+        recorder = _Recorder()
+        try:
+            with recorder:
+                out = flip_half(X, torch.Generator(device=on).manual_seed(0))
+            again = flip_half(X, torch.Generator(device=on).manual_seed(0))
+        except Exception as err:  # the learner's code: any error becomes a hint
+            return _verdict(name, False, f"on {where} it raised {_first_line(err)}")
+        if not isinstance(out, torch.Tensor) or out.shape != X.shape or not same_device(out.device, where):
+            got = f"{tuple(out.shape)} on {out.device}" if isinstance(out, torch.Tensor) else type(out).__name__
+            return _verdict(name, False, f"for a batch {tuple(X.shape)} on {where} it returned {got}")
+        if elsewhere := recorder.made_on - {where.type}:
+            return _verdict(name, False, f"with the batch on {where} it made tensors on {', '.join(sorted(elsewhere))}"
+                                         ": make the random mask with device=X.device")
+        if where.type == "meta":
+            continue
+        kept = (out == X).flatten(1).all(dim=1)
+        mirrored = (out == X.flip(3)).flatten(1).all(dim=1)
+        if not bool((kept | mirrored).all()):
+            return _verdict(name, False, "some images are neither unchanged nor mirrored left-right: flip the last "
+                                         "axis (W) of the (B, C, H, W) batch, whole images at a time")
+        share = mirrored.float().mean().item()
+        if not 0.35 < share < 0.65:
+            return _verdict(name, False, f"it mirrored {share:.0%} of the images; about half should be, chosen at "
+                                         "random for each image")
+        if not torch.equal(again, out):
+            return _verdict(name, False, "two calls with generators of the same seed gave different flips: draw the "
+                                         "mask from the generator (generator=generator)")
+    return _verdict(name, True, "")

@@ -2,14 +2,34 @@
 
 from __future__ import annotations
 
-from helpers.checks import CHECKERS
-from helpers.speedrun import time_to_target, verdict
+import pytest
+import torch
 
-TESTED = {"09_time_to_target", "09_keep_rule"}
+from helpers.checks import _SPREADS, CHECKERS
+from helpers.speedrun import KEPT, SLOWER, verdict
+
+TESTED = {"09_time_to_target", "09_keep_rule", "09_time_it_right", "09_flip_on_device"}
 
 
 def test_every_lesson_09_checker_is_tested():
     assert {k for k in CHECKERS if k.startswith("09_")} == TESTED
+
+
+def time_to_target(history, target):
+    """The reference solution: the seconds of the first (seconds, accuracy) point at or above the target."""
+    for seconds, accuracy in history:
+        if accuracy >= target:
+            return seconds
+    return None
+
+
+def _keep_rule(before, after):
+    return {KEPT: "kept", SLOWER: "slower"}.get(verdict(before, after), "no clear difference")
+
+
+@pytest.mark.parametrize(("before", "after", "expected"), _SPREADS)
+def test_the_keep_cases_agree_with_the_speedrun(before, after, expected):
+    assert _keep_rule(before, after) == expected
 
 
 def test_time_to_target_reference(capsys):
@@ -31,10 +51,6 @@ def test_time_to_target_wrong_answers(capsys):
     assert "expected a function" in capsys.readouterr().out
 
 
-def _keep_rule(before, after):
-    return {"kept": "kept", "not kept: slower": "slower"}.get(verdict(before, after), "no clear difference")
-
-
 def test_keep_rule_reference(capsys):
     assert CHECKERS["09_keep_rule"](_keep_rule)
     assert capsys.readouterr().out.startswith("[pass]")
@@ -50,3 +66,102 @@ def test_keep_rule_wrong_answers(capsys):
     by_median = lambda b, a: "kept" if sorted(a)[1] < sorted(b)[1] else "slower"  # noqa: E731
     assert not check(by_median)
     assert "[not yet]" in capsys.readouterr().out
+
+
+def time_it_reference(fn, sync, clock):
+    sync()  # earlier queued work must not be counted
+    start = clock()
+    fn()
+    sync()  # this work must be finished before the clock is read
+    return clock() - start
+
+
+def time_it_never_syncs(fn, sync, clock):
+    start = clock()
+    fn()
+    return clock() - start
+
+
+def time_it_no_first_sync(fn, sync, clock):
+    start = clock()
+    fn()
+    sync()
+    return clock() - start
+
+
+def time_it_syncs_after_reading(fn, sync, clock):
+    sync()
+    start = clock()
+    fn()
+    end = clock()
+    sync()
+    return end - start
+
+
+def test_time_it_reference(capsys):
+    assert CHECKERS["09_time_it_right"](time_it_reference)
+    assert capsys.readouterr().out.startswith("[pass]")
+
+
+@pytest.mark.parametrize(("wrong", "hint"), [
+    (time_it_never_syncs, "never calls sync()"),
+    (time_it_no_first_sync, "before the first read"),
+    (time_it_syncs_after_reading, "before the last read"),
+    (lambda fn, sync, clock: (sync(), fn(), fn(), sync(), 0.5)[-1], "2 times"),
+])
+def test_time_it_wrong_answers(wrong, hint, capsys):
+    assert not CHECKERS["09_time_it_right"](wrong)
+    out = capsys.readouterr().out
+    assert out.startswith("[not yet]") and hint in out, out
+
+
+def test_time_it_waits_for_an_answer(capsys):
+    assert not CHECKERS["09_time_it_right"](None)
+    assert capsys.readouterr().out.startswith("[waiting]")
+
+
+def flip_half_reference(X, generator):
+    flip = torch.rand(X.shape[0], device=X.device, generator=generator) < 0.5  # (B,) made where X lives
+    return torch.where(flip[:, None, None, None], X.flip(3), X)
+
+
+def flip_half_cpu_mask(X, generator):
+    flip = torch.rand(X.shape[0], generator=generator) < 0.5  # on the CPU, whatever X is
+    return torch.where(flip.to(X.device)[:, None, None, None], X.flip(3), X)
+
+
+def flip_half_wrong_axis(X, generator):
+    flip = torch.rand(X.shape[0], device=X.device, generator=generator) < 0.5
+    return torch.where(flip[:, None, None, None], X.flip(2), X)  # upside down, not left-right
+
+
+def flip_half_all(X, generator):
+    return X.flip(3)
+
+
+def flip_half_no_generator(X, generator):
+    flip = torch.rand(X.shape[0], device=X.device) < 0.5  # the global generator: not reproducible from the seed
+    return torch.where(flip[:, None, None, None], X.flip(3), X)
+
+
+def test_flip_half_reference(capsys):
+    assert CHECKERS["09_flip_on_device"](flip_half_reference, torch.device("cpu"))
+    assert capsys.readouterr().out.startswith("[pass]")
+
+
+@pytest.mark.parametrize(("wrong", "hint"), [
+    (flip_half_cpu_mask, "device=X.device"),
+    (flip_half_wrong_axis, "last axis (W)"),
+    (flip_half_all, "mirrored 100%"),
+    (flip_half_no_generator, "generator=generator"),
+    (lambda X, generator: X, "mirrored 0%"),
+])
+def test_flip_half_wrong_answers(wrong, hint, capsys):
+    assert not CHECKERS["09_flip_on_device"](wrong, torch.device("cpu"))
+    out = capsys.readouterr().out
+    assert out.startswith("[not yet]") and hint in out, out
+
+
+def test_flip_half_waits_for_an_answer(capsys):
+    assert not CHECKERS["09_flip_on_device"](None, torch.device("cpu"))
+    assert capsys.readouterr().out.startswith("[waiting]")

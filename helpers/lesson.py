@@ -110,11 +110,25 @@ def _positive_ints(value: object) -> bool:
     return isinstance(value, (list, tuple)) and len(value) > 0 and all(_positive_int(v) for v in value)
 
 
+def as_fraction(value: object) -> float | None:
+    """An accuracy as a fraction: 0.88, 88, "88" or "88%" -> 0.88; None outside (0, 1), or (1, 100) as a percentage."""
+    text = "" if isinstance(value, bool) else str(value).strip()
+    try:
+        number = float(text.removesuffix("%"))
+    except ValueError:
+        return None
+    if not math.isfinite(number) or not (0 < number < 1 and not text.endswith("%") or 1 < number < 100):
+        return None
+    return number if number < 1 else number / 100
+
+
 _KINDS = {
     "positive int": (_positive_int, "a whole number of at least 1, such as {example}"),
     "positive number": (_positive_number, "a number greater than 0, such as {example}"),
     "positive ints": (_positive_ints, "a non-empty list of whole numbers of at least 1, such as {example}"),
     "bool": (lambda v: parse_flag(v) is not None, YES_NO),
+    "accuracy": (lambda v: v is None or as_fraction(v) is not None,
+                 "None (the lesson's default), a fraction in (0, 1) such as {example}, or a percentage in (1, 100)"),
 }
 
 PARAMETERS: dict[str, tuple[str, object]] = {
@@ -125,6 +139,8 @@ PARAMETERS: dict[str, tuple[str, object]] = {
     "lr": ("positive number", 0.01),
     "timing_batches": ("positive ints", [512, 4096]),
     "compile": ("bool", True),
+    "target": ("accuracy", 0.88),
+    "runs": ("positive int", 3),
 }
 """The lesson parameters ``start`` validates: keyword name -> (kind, an example value for the message).
 
@@ -142,6 +158,8 @@ def check_parameter(name: str, value: object) -> object:
         raise ParameterError(
             f"{shown} = {value!r} is not allowed: {shown} must be {allowed.format(example=example)}. {FIX}"
         )
+    if kind == "accuracy":
+        return None if value is None else as_fraction(value)
     return parse_flag(value) if kind == "bool" else value
 
 

@@ -26,14 +26,9 @@ class MemoryStats:
     On MPS this is ``torch.mps.driver_allocated_memory()``: what the Metal driver holds for the process, which also
     counts memory used by Apple's frameworks."""
     peak_allocated: int | None = None
-    """Most bytes in live tensors since the last ``reset_peak``."""
+    """Most bytes in live tensors since the last peak reset (``torch.cuda.reset_peak_memory_stats``)."""
     peak_reserved: int | None = None
-    """Most bytes reserved since the last ``reset_peak``."""
-
-    @property
-    def cached(self) -> int:
-        """Reserved but not allocated: freed blocks kept for reuse, which ``empty_cache`` can hand back."""
-        return self.reserved - self.allocated
+    """Most bytes reserved since the last peak reset (``torch.cuda.reset_peak_memory_stats``)."""
 
     def __str__(self) -> str:
         parts = [f"allocated {format_bytes(self.allocated)}", f"reserved {format_bytes(self.reserved)}"]
@@ -74,11 +69,6 @@ def _backend(device: str | torch.device) -> str | None:
     return "accelerator" if current is not None and current.type == device.type else None
 
 
-def has_memory_stats(device: str | torch.device) -> bool:
-    """True when PyTorch can report allocator statistics for ``device`` (CUDA, MPS, or another accelerator)."""
-    return _backend(device) is not None
-
-
 def memory_stats(device: str | torch.device) -> MemoryStats | None:
     """The allocator's current (and, where tracked, peak) figures for ``device``; None where PyTorch has none."""
     backend = _backend(device)
@@ -115,18 +105,6 @@ def memory_report(device: str | torch.device, label: str = "") -> str:
     return prefix + str(stats)
 
 
-def reset_peak(device: str | torch.device) -> None:
-    """Start a new peak measurement on ``device``; does nothing where no peak is tracked."""
-    backend = _backend(device)
-    if backend == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    elif backend == "accelerator":
-        device = torch.device(device)
-        torch.accelerator.reset_peak_memory_stats(
-            device.index if device.index is not None else torch.accelerator.current_device_index()
-        )
-
-
 def release_cached_memory(device: str | torch.device | None = None) -> None:
     """Collect Python garbage, then hand the allocator's unused cached blocks back to the driver.
 
@@ -143,11 +121,6 @@ def release_cached_memory(device: str | torch.device | None = None) -> None:
         torch.accelerator.empty_cache()
 
 
-def is_out_of_memory(error: BaseException) -> bool:
-    """True for PyTorch's out-of-memory error (``torch.cuda.OutOfMemoryError``, also ``torch.OutOfMemoryError``)."""
-    return isinstance(error, torch.cuda.OutOfMemoryError)
-
-
 @dataclass(frozen=True)
 class BatchSearch:
     """The outcome of ``largest_batch_size``: the answer and every size tried, in order."""
@@ -155,12 +128,6 @@ class BatchSearch:
     largest: int
     tried: list[tuple[int, bool]] = field(repr=False)
     """(batch size, fitted) for each try."""
-
-    @property
-    def smallest_failure(self) -> int | None:
-        """The smallest size that ran out of memory, or None if every size tried fitted."""
-        failed = [size for size, ok in self.tried if not ok]
-        return min(failed) if failed else None
 
     def __str__(self) -> str:
         steps = ", ".join(f"{size} {'fits' if ok else 'OOM'}" for size, ok in self.tried)
@@ -245,40 +212,3 @@ def largest_batch_size(
             else:
                 bad = middle
     return BatchSearch(largest=good, tried=tried)
-
-
-@dataclass(frozen=True)
-class StepPeak:
-    """What one call needed on top of the memory already in use when it started."""
-
-    before: int
-    """Bytes allocated before the call: model, optimizer state, data and anything earlier cells left alive."""
-    peak: int
-    """Most bytes allocated during the call, ``before`` included."""
-
-    @property
-    def extra(self) -> int:
-        """The call's own need: the peak above what was already allocated (activations, gradients, workspaces)."""
-        return self.peak - self.before
-
-    def __str__(self) -> str:
-        return (f"needs {format_bytes(self.extra)} on top of {format_bytes(self.before)} already allocated "
-                f"(peak {format_bytes(self.peak)})")
-
-
-def peak_during(fn: Callable[[], Any], device: str | torch.device) -> StepPeak | None:
-    """Run ``fn()`` once and report its peak relative to what was allocated before; None where no peak is tracked.
-
-    Garbage is collected and the peak reset first, so the figure is this call's own need, not a peak some earlier
-    work reached. ``fn`` should finish its device work before returning (the allocator is updated as work is queued,
-    so a synchronise is not needed for the figure itself).
-    """
-    gc.collect()
-    stats = memory_stats(device)
-    if stats is None or stats.peak_allocated is None:
-        return None
-    reset_peak(device)
-    before = memory_stats(device).allocated
-    fn()
-    after = memory_stats(device)
-    return StepPeak(before=before, peak=max(after.peak_allocated, before))

@@ -31,11 +31,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers import devices
+from helpers.lesson import as_fraction, format_rows
 from helpers.timing import KEPT, NO_CLEAR_DIFFERENCE, SLOWER, Timing, compare, format_seconds
 
 TARGET, QUICK_TARGET = 0.88, 0.60
 """The default targets: Fashion-MNIST test accuracy for a full run, and for quick mode's small subset and models."""
 QUICK_RUNS = 2
+QUICK_EPOCHS = 2
+"""Quick mode multiplies every recipe's epoch budget by this: its subset gives 8 steps an epoch at batch 512, too few
+for a one-cycle schedule to reach the quick target within the full ladder's 2 epochs."""
 NOT_REACHED = "not kept: target not reached in every run"
 SKIPPED = "skipped"
 
@@ -111,14 +115,6 @@ def time_to_accuracy(
         if n == 0:
             break  # the steps ran out before the budget
     return Attempt(False, train_s, warmup_s, eval_s, done, float(accuracy), history)
-
-
-def time_to_target(history: Sequence[tuple[float, float]], target: float) -> float | None:
-    """The training time of the first (seconds, accuracy) point at or above ``target``; None if none is."""
-    for seconds, accuracy in history:
-        if accuracy >= target:
-            return seconds
-    return None
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -392,7 +388,9 @@ def warmup_call(recipe: Recipe, model: nn.Module, device: torch.device, batch: i
 
 def run_recipe(recipe: Recipe, data: Data, device: torch.device, target: float, seed: int, quick: bool,
                evals_per_epoch: int = 4) -> Attempt:
-    """Train ``recipe`` once from ``seed`` and time it to ``target`` test accuracy."""
+    """Train ``recipe`` once from ``seed`` and time it to ``target`` test accuracy (``QUICK_EPOCHS`` x the budget)."""
+    if quick:
+        recipe = dataclasses.replace(recipe, epochs=recipe.epochs * QUICK_EPOCHS)
     torch.manual_seed(seed)
     model = build_model(recipe, device, quick)
     steps, total = training_steps(recipe, model, data, device, seed)
@@ -469,20 +467,18 @@ def best(results: Sequence[RungResult]) -> RungResult:
 
 def ladder_table(results: Sequence[RungResult], target: float) -> str:
     """The ladder as a text table: time to target (mean, min-max over seeds), one-time costs, accuracy, verdict."""
-    head = (f"{'rung':34s} {'time to ' + format(target, '.0%'):>24s} {'warm-up':>9s} {'evaluation':>10s} "
-            f"{'accuracy':>16s}  verdict")
-    lines = [head, "-" * len(head)]
+    rows: list[list[str]] = [["rung", f"time to {target:.0%}", "warm-up", "evaluation", "accuracy", "verdict"]]
     for r in results:
         if r.skipped:
-            lines.append(f"{r.rung.name:34s} {'-':>24s} {'-':>9s} {'-':>10s} {'-':>16s}  skipped: {r.skipped}")
+            rows.append([r.rung.name, "-", "-", "-", "-", f"skipped: {r.skipped}"])
             continue
         acc = [a.accuracy for a in r.attempts]
         acc_text = f"{statistics.fmean(acc):.1%}" + (f" ({min(acc):.1%}-{max(acc):.1%})" if len(acc) > 1 else "")
         warm = statistics.fmean(a.warmup_s for a in r.attempts)
         ev = statistics.fmean(a.eval_s for a in r.attempts)
-        lines.append(f"{r.rung.name:34s} {mean_and_range(r.times):>24s} {format_seconds(warm):>9s} "
-                     f"{format_seconds(ev):>10s} {acc_text:>16s}  {r.verdict}")
-    return "\n".join(lines)
+        rows.append([r.rung.name, mean_and_range(r.times), format_seconds(warm), format_seconds(ev), acc_text,
+                     r.verdict])
+    return format_rows(rows, right=[1, 2, 3, 4])
 
 
 def speedup_line(results: Sequence[RungResult], target: float) -> str:
@@ -561,19 +557,11 @@ def load_data(dataset: str, quick: bool, verbose: bool = False) -> Data:
 
 
 def parse_target(text: str) -> float:
-    """'0.88', '88' or '88%' -> 0.88; anything outside (0, 1) as a fraction or (1, 100) as a percent is refused."""
-    raw = text.strip().rstrip("%")
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if math.isfinite(value) and 0 < value < 1 and not text.strip().endswith("%"):
-        return value
-    if math.isfinite(value) and 1 < value < 100:
-        return value / 100
-    raise argparse.ArgumentTypeError(
-        f"{text!r} is not a target accuracy: give a fraction in (0, 1) such as 0.88, or a percentage in (1, 100) "
-        "such as 88 or 88%")
+    """'0.88', '88' or '88%' -> 0.88 (the rule of ``lesson.as_fraction``); anything else is refused."""
+    if (value := as_fraction(text)) is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a target accuracy: give a fraction in (0, 1) such as 0.88, "
+                                         "or a percentage in (1, 100) such as 88 or 88%")
+    return value
 
 
 def _runs(text: str) -> int:
@@ -584,25 +572,6 @@ def _runs(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of runs: give a whole number of at least 1")
     return value
-
-
-def lesson_parameters(target: object, runs: object, quick: bool) -> tuple[float, list[int]]:
-    """The notebook's TARGET (None: the default for the mode) and RUNS as a target and seeds; ParameterError if bad.
-
-    Quick mode runs at most ``QUICK_RUNS`` seeds, so the lesson stays within seconds.
-    """
-    from helpers.lesson import ParameterError
-
-    if target is None:
-        target = QUICK_TARGET if quick else TARGET
-    else:
-        try:
-            target = parse_target(str(target)) if not isinstance(target, bool) else parse_target("")
-        except argparse.ArgumentTypeError as exc:
-            raise ParameterError(f"TARGET = {target!r} is not allowed: {exc}, or None for the default.") from None
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise ParameterError(f"RUNS = {runs!r} is not allowed: RUNS must be a whole number of at least 1, such as 3.")
-    return target, list(range(min(runs, QUICK_RUNS) if quick else runs))
 
 
 def hardware(device: torch.device) -> dict[str, Any]:

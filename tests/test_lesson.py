@@ -75,3 +75,28 @@ def test_format_rows_trims_trailing_spaces_and_accepts_non_strings():
     lines = lesson.format_rows([("a", "b"), (1, ""), (22, 3.5)]).splitlines()
     assert lines == ["a   b", "--  ---", "1", "22  3.5"]
     assert lesson.format_rows([]) == ""
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, None), (0.88, 0.88), (88, 0.88), ("88%", 0.88), (93.5, 0.935)])
+def test_target_is_none_a_fraction_or_a_percentage(value, expected):
+    assert lesson.check_parameter("target", value) == (pytest.approx(expected) if expected else None)
+
+
+@pytest.mark.parametrize("value", [0, 1, 100, 150, -0.5, "abc", float("nan"), True, "0.5%"])
+def test_a_bad_target_is_one_line_naming_the_allowed_values(value):
+    with pytest.raises(lesson.ParameterError, match=r"TARGET = .* fraction in \(0, 1\).*percentage in \(1, 100\)"):
+        lesson.check_parameter("target", value)
+
+
+@pytest.mark.parametrize("value", [0, -2, 2.5, "3", True, None])
+def test_runs_is_a_whole_number_of_at_least_one(value):
+    with pytest.raises(lesson.ParameterError, match=r"RUNS = .* whole number of at least 1"):
+        lesson.check_parameter("runs", value)
+    assert lesson.check_parameter("runs", 3) == 3
+
+
+def test_start_checks_the_speedrun_parameters(capsys):
+    settings = lesson.start("cpu", True, "MNIST", target="70%", runs=2)
+    assert settings.params["target"] == pytest.approx(0.7) and settings.params["runs"] == 2
+    with pytest.raises(lesson.ParameterError, match="TARGET = 150"):
+        lesson.start("cpu", True, "MNIST", target=150)

@@ -109,12 +109,6 @@ def test_bad_arguments_are_refused():
         time_to_accuracy(iter([]), lambda: 1.0, 0.9, eval_every=0, max_steps=1)
 
 
-def test_time_to_target_of_a_history():
-    history = [(1.0, 0.5), (2.0, 0.88), (3.0, 0.9)]
-    assert speedrun.time_to_target(history, 0.88) == 2.0
-    assert speedrun.time_to_target(history, 0.95) is None
-
-
 @pytest.mark.parametrize(
     ("before", "after", "expected"),
     [
@@ -181,15 +175,3 @@ def test_a_rung_the_device_cannot_run_is_skipped_with_its_reason():
     reason = speedrun.skip_reason(speedrun.Recipe(bf16_channels_last=True), torch.device("cpu"))
     assert reason and "CUDA" in reason
     assert speedrun.skip_reason(speedrun.Recipe(), torch.device("cpu")) is None
-
-
-def test_lesson_parameters():
-    from helpers.lesson import ParameterError
-
-    assert speedrun.lesson_parameters(None, 5, quick=True) == (speedrun.QUICK_TARGET, [0, 1])  # QUICK_RUNS
-    assert speedrun.lesson_parameters(None, 5, quick=False)[1] == [0, 1, 2, 3, 4]
-    assert speedrun.lesson_parameters(88, 1, quick=False) == (pytest.approx(0.88), [0])
-    with pytest.raises(ParameterError, match="TARGET = 150"):
-        speedrun.lesson_parameters(150, 3, quick=False)
-    with pytest.raises(ParameterError, match="RUNS = 0"):
-        speedrun.lesson_parameters(None, 0, quick=False)

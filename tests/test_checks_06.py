@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
+from helpers import parallel
 from helpers.checks import CHECKERS
 from helpers.models import MLP
 
-COVERED = {"06_replica_split", "06_unprefixed_state_dict"}
+COVERED = {"06_replica_split", "06_unprefixed_state_dict", "06_unwrap", "06_load_wrapped_checkpoint"}
 
 
 def test_every_lesson_06_checker_is_covered() -> None:
@@ -37,3 +40,44 @@ def test_unprefixed_state_dict() -> None:
     assert not check({k.removeprefix("module."): torch.zeros_like(v) for k, v in state.items()}, wrapped)
     assert not check(list(state), wrapped)
     assert not check(None, wrapped)
+
+
+def test_unwrap() -> None:
+    check = CHECKERS["06_unwrap"]
+
+    def unwrap(m: nn.Module) -> nn.Module:
+        return m.module if isinstance(m, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else m
+
+    assert check(unwrap)
+    assert not torch.distributed.is_initialized()  # the checker's one-process group is gone
+    assert not check(lambda m: m)  # returns the wrapper
+    assert not check(lambda m: m.module)  # a plain model has no .module
+    assert not check(lambda m: getattr(m, "module", m))  # a child called "module" is not a wrapper
+    assert not check(lambda m: m.module if isinstance(m, nn.DataParallel) else m)  # forgets DDP
+    assert not check(None)
+
+
+def test_load_wrapped_checkpoint() -> None:
+    check = CHECKERS["06_load_wrapped_checkpoint"]
+    device = torch.device("cpu")
+
+    def load_plain(path: Path, device: torch.device) -> nn.Module:
+        model = MLP().to(device)
+        model.load_state_dict(parallel.strip_module_prefix(torch.load(path, map_location=device, weights_only=True)))
+        return model
+
+    def not_stripped(path: Path, device: torch.device) -> nn.Module:
+        model = MLP().to(device)
+        model.load_state_dict(torch.load(path, map_location=device, weights_only=True))
+        return model
+
+    def not_strict(path: Path, device: torch.device) -> nn.Module:
+        model = MLP().to(device)
+        model.load_state_dict(torch.load(path, map_location=device, weights_only=True), strict=False)
+        return model
+
+    assert check(load_plain, device)
+    assert not check(not_stripped, device)  # the strict load raises
+    assert not check(not_strict, device)  # loads nothing: random weights
+    assert not check(lambda path, device: nn.DataParallel(load_plain(path, device)), device)  # still wrapped
+    assert not check(None, device)

@@ -1,4 +1,5 @@
-"""helpers.ddp_train under torchrun with two gloo (CPU) processes: equivalence, repeated launches, a failing rank."""
+"""helpers.ddp_train under torchrun with two gloo (CPU) processes (equivalence, repeated launches, a failing rank), and
+alone as one process; its single-process twin helpers.single_train."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import ddp_train
+from helpers import ddp_check, ddp_train, parallel, single_train
 from helpers.checkpoints import load_checkpoint
 from helpers.data import DatasetUnavailableError
 from helpers.models import build_model
@@ -28,11 +29,11 @@ def _report(result) -> str:
 
 def test_two_processes_equal_one_process_on_the_global_batch(tmp_path: Path) -> None:
     args = ["--device", "cpu", "--epochs", "2", "--synthetic-size", "256", "--batch-size", "16", "--check-equivalence"]
-    result = ddp_train.launch(2, [*args, "--out", str(tmp_path)], timeout=180)
+    result = parallel.torchrun(2, [*args, "--out", str(tmp_path)], timeout=180)
     assert result.returncode == 0, _report(result)
     summary = json.loads((tmp_path / ddp_train.SUMMARY_FILE).read_text())
     assert summary["world_size"] == 2 and summary["backend"] == "gloo"
-    assert summary["reference_max_abs_diff"] < ddp_train.EQUIVALENCE_TOLERANCE
+    assert summary["reference_max_abs_diff"] < ddp_check.TOLERANCE
     assert summary["replica_max_abs_diff"] == 0.0
     assert "below 1e-06: True" in result.stdout
     # Rank 0 alone logs: the per-epoch lines appear once, not once per process.
@@ -46,7 +47,7 @@ def test_two_processes_equal_one_process_on_the_global_batch(tmp_path: Path) -> 
 def test_ten_launches_in_a_row_all_succeed(tmp_path: Path) -> None:
     start = time.perf_counter()
     for attempt in range(10):
-        result = ddp_train.launch(2, [*QUICK, "--out", str(tmp_path / str(attempt))], timeout=120)
+        result = parallel.torchrun(2, [*QUICK, "--out", str(tmp_path / str(attempt))], timeout=120)
         assert result.returncode == 0, f"launch {attempt + 1} of 10 failed:\n{_report(result)}"
         assert (tmp_path / str(attempt) / ddp_train.CHECKPOINT_FILE).is_file()
     print(f"10 launches in {time.perf_counter() - start:.1f} s")
@@ -54,10 +55,10 @@ def test_ten_launches_in_a_row_all_succeed(tmp_path: Path) -> None:
 
 def test_a_failing_rank_ends_the_job_with_an_error(tmp_path: Path) -> None:
     start = time.perf_counter()
-    result = ddp_train.launch(2, [*QUICK, "--out", str(tmp_path), "--fail-rank", "1", "--timeout", "30"], timeout=120)
+    result = parallel.torchrun(2, [*QUICK, "--out", str(tmp_path), "--fail-rank", "1", "--timeout", "30"], timeout=120)
     assert result.returncode != 0
     assert time.perf_counter() - start < 120
-    cause = ddp_train.root_cause(result.stderr)
+    cause = parallel.root_cause(result.stderr)
     assert cause[:2] == ["rank: 1 (local_rank: 1)", "exitcode: 1"], _report(result)
     assert cause[-1] == "RuntimeError: rank 1 fails on purpose (--fail-rank 1)"
     assert not (tmp_path / ddp_train.SUMMARY_FILE).exists()
@@ -82,7 +83,7 @@ def test_the_process_group_is_gone_before_the_interpreter_shuts_down(tmp_path: P
     (tmp_path / "teardown_probe.py").write_text(TEARDOWN_PROBE)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
     args = [str(tmp_path), *QUICK, "--out", str(tmp_path / "out")]
-    result = ddp_train.launch(2, args, timeout=120, module="teardown_probe")
+    result = parallel.torchrun(2, args, timeout=120, module="teardown_probe")
     assert result.returncode == 0, _report(result)
     for rank in (0, 1):
         threads = (tmp_path / f"rank{rank}.txt").read_text().split()
@@ -109,8 +110,8 @@ def test_a_timed_out_launch_leaves_no_worker_running(tmp_path: Path, monkeypatch
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
     start = time.perf_counter()
     with pytest.raises(subprocess.TimeoutExpired):
-        ddp_train.launch(2, [str(tmp_path)], timeout=TIMEOUT_TEST_S, module="sleeper")
-    assert time.perf_counter() - start < TIMEOUT_TEST_S + ddp_train.STOP_GRACE
+        parallel.torchrun(2, [str(tmp_path)], timeout=TIMEOUT_TEST_S, module="sleeper")
+    assert time.perf_counter() - start < TIMEOUT_TEST_S + parallel.STOP_GRACE
     pids = [int(path.stem) for path in tmp_path.glob("*.pid")]
     assert len(pids) == 2, "both workers should have started before the timeout"
     deadline = time.monotonic() + 5
@@ -123,15 +124,28 @@ def test_a_timed_out_launch_leaves_no_worker_running(tmp_path: Path, monkeypatch
 
 
 @pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # @record under pytest's captured stderr
-def test_refuses_to_run_without_torchrun(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    monkeypatch.delenv("RANK", raising=False)
-    assert ddp_train.main([]) == 2
-    assert "torchrun" in capsys.readouterr().err
+def test_without_torchrun_the_script_is_rank_0_of_a_world_of_one(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.delenv("RANK", raising=False)  # python -m helpers.ddp_train, as nanoGPT's train.py runs alone
+    assert ddp_train.main([*QUICK, "--check-equivalence", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / ddp_train.SUMMARY_FILE).read_text())
+    assert summary["world_size"] == 1 and summary["backend"] == "gloo" and summary["replica_max_abs_diff"] == 0.0
+    assert summary["reference_max_abs_diff"] < ddp_check.TOLERANCE  # a world of one: its own global batch
+    assert "[rank 0] of 1 on cpu (gloo)" in capsys.readouterr().out
+    assert not torch.distributed.is_initialized()  # torn down
+
+
+def test_the_single_process_twin_trains_the_same_model(tmp_path: Path, capsys) -> None:
+    assert single_train.main([*QUICK, "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / single_train.SUMMARY_FILE).read_text())
+    assert summary["world_size"] == 1 and len(summary["losses"]) == 1 and 0 <= summary["test_accuracy"] <= 1
+    state = load_checkpoint(tmp_path / single_train.CHECKPOINT_FILE, map_location="cpu")
+    build_model("mlp").load_state_dict(state["model"])
+    assert "epoch 1/1: mean training loss" in capsys.readouterr().out
 
 
 def test_global_batches_are_the_union_of_the_rank_batches() -> None:
-    data = ddp_train.synthetic_data(10, 0, 0)
-    batches = list(ddp_train.global_batches(data, world_size=2, batch_size=2, seed=3, epoch=1))
+    data = single_train.synthetic_data(10, 0, 0)
+    batches = list(ddp_check.global_batches(data, world_size=2, batch_size=2, seed=3, epoch=1))
     assert [len(y) for _, y in batches] == [4, 4, 2]
     shares = []
     for rank in range(2):
@@ -143,12 +157,12 @@ def test_global_batches_are_the_union_of_the_rank_batches() -> None:
 
 
 def test_root_cause_without_a_report() -> None:
-    assert ddp_train.root_cause("all good") == []
+    assert parallel.root_cause("all good") == []
 
 
 def test_load_data_reads_images_as_normalised_tensors() -> None:
     try:
-        train, test = ddp_train.load_data(ddp_train.parse_args(["--dataset", "FashionMNIST", "--limit", "100"]))
+        train, test = single_train.load_data(ddp_train.parse_args(["--dataset", "FashionMNIST", "--limit", "100"]))
     except DatasetUnavailableError as exc:
         pytest.skip(f"Fashion-MNIST is not on this machine: {exc}")
     X, y = train.tensors
@@ -156,16 +170,13 @@ def test_load_data_reads_images_as_normalised_tensors() -> None:
     assert abs(X.mean().item()) < 0.5 and y.dtype == torch.int64  # normalised, not raw 0..255 pixels
 
 
-def test_device_for_local_rank_and_the_terminal_line() -> None:
-    if not torch.cuda.is_available():
-        assert ddp_train.device_for_local_rank("auto", 1, 2) == torch.device("cpu")
-    assert ddp_train.device_for_local_rank("cpu", 0, 1) == torch.device("cpu")
-    line = ddp_train.torchrun_line(2, ["--epochs", "1"])
+def test_the_terminal_line_is_the_command_that_runs() -> None:
+    line = parallel.torchrun_line(2, ["--epochs", "1"])
     assert line == "torchrun --standalone --nproc_per_node=2 -m helpers.ddp_train --epochs 1"
-    assert ddp_train.torchrun_command(2, ["--epochs", "1"])[-6:] == line.split()[1:]
+    assert parallel.torchrun_command(2, ["--epochs", "1"])[-6:] == line.split()[1:]
 
 
 def test_a_lost_peer_is_told_apart_from_a_rank_of_its_own_failing() -> None:
     gone = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:544] Connection closed by peer [::1]:1")
-    assert ddp_train.lost_a_peer(gone)
-    assert not ddp_train.lost_a_peer(RuntimeError("rank 1 fails on purpose (--fail-rank 1)"))
+    assert parallel.lost_a_peer(gone)
+    assert not parallel.lost_a_peer(RuntimeError("rank 1 fails on purpose (--fail-rank 1)"))

@@ -1,5 +1,5 @@
-"""helpers.ddp_train, the parts a learner meets before training starts: how many processes with which backend
-(lesson 07's plan), a --fail-rank that names no rank, and rank lines that never interleave."""
+"""Launching helpers.ddp_train (helpers.parallel): the parts a learner meets before training starts: how many
+processes with which backend (lesson 07's plan), a --fail-rank that names no rank, rank lines that never interleave."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ddp_train
+from helpers import parallel
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,65 +29,65 @@ ROOT = Path(__file__).resolve().parent.parent
     ],
 )
 def test_the_plan_follows_the_lessons_device(device_type: str, gpus: int, expected: tuple[int, str, str]) -> None:
-    assert tuple(ddp_train.process_plan(device_type, gpus)) == expected
+    assert tuple(parallel.process_plan(device_type, gpus)) == expected
 
 
 def test_the_plan_describes_itself() -> None:
-    assert ddp_train.process_plan("cuda", 1).describe() == "1 process with nccl, one per visible GPU (1 GPU)"
-    assert ddp_train.process_plan("cuda", 4).describe() == "4 processes with nccl, one per visible GPU (4 GPUs)"
-    assert ddp_train.process_plan("cpu", 0).describe() == "2 CPU processes with gloo"
+    assert parallel.process_plan("cuda", 1).describe() == "1 process with nccl, one per visible GPU (1 GPU)"
+    assert parallel.process_plan("cuda", 4).describe() == "4 processes with nccl, one per visible GPU (4 GPUs)"
+    assert parallel.process_plan("cpu", 0).describe() == "2 CPU processes with gloo"
 
 
 def test_the_plan_refuses_a_negative_count() -> None:
     with pytest.raises(ValueError, match="cannot be negative"):
-        ddp_train.process_plan("cuda", -1)
+        parallel.process_plan("cuda", -1)
 
 
 def test_the_failure_demo_always_has_a_peer_to_leave_waiting() -> None:
-    one_gpu = ddp_train.process_plan("cuda", 1)
-    assert tuple(ddp_train.failure_demo_plan(one_gpu)) == (2, "gloo", "cpu")
-    two_gpus = ddp_train.process_plan("cuda", 2)
-    assert ddp_train.failure_demo_plan(two_gpus) == two_gpus
-    on_cpus = ddp_train.process_plan("cpu", 0)
-    assert ddp_train.failure_demo_plan(on_cpus) == on_cpus
+    one_gpu = parallel.process_plan("cuda", 1)
+    assert tuple(parallel.failure_demo_plan(one_gpu)) == (2, "gloo", "cpu")
+    two_gpus = parallel.process_plan("cuda", 2)
+    assert parallel.failure_demo_plan(two_gpus) == two_gpus
+    on_cpus = parallel.process_plan("cpu", 0)
+    assert parallel.failure_demo_plan(on_cpus) == on_cpus
 
 
 @pytest.mark.parametrize(("fail_rank", "world_size"), [(-1, 2), (0, 2), (1, 2), (0, 1), (7, 8)])
 def test_a_fail_rank_of_the_job_is_accepted(fail_rank: int, world_size: int) -> None:
-    assert ddp_train.fail_rank_problem(fail_rank, world_size) is None
+    assert parallel.fail_rank_problem(fail_rank, world_size) is None
 
 
 @pytest.mark.parametrize(
     ("fail_rank", "world_size", "ranks"), [(5, 2, "0 to 1"), (2, 2, "0 to 1"), (1, 1, "0"), (-2, 3, "0 to 2")]
 )
 def test_a_fail_rank_outside_the_job_is_named_with_the_ranks_there_are(fail_rank: int, world_size: int, ranks: str):
-    problem = ddp_train.fail_rank_problem(fail_rank, world_size)
+    problem = parallel.fail_rank_problem(fail_rank, world_size)
     assert problem is not None
     assert problem.startswith(f"--fail-rank {fail_rank} names no rank of this job: ")
     assert f"the ranks are {ranks}." in problem and "-1 (the default) for no failing rank" in problem
 
 
-def test_launch_refuses_a_fail_rank_outside_the_job_before_starting_anything(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_torchrun_refuses_a_fail_rank_outside_the_job_before_starting_anything(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_process(*args, **kwargs):
-        raise AssertionError("launch started a process")
+        raise AssertionError("torchrun started a process")
 
     monkeypatch.setattr(subprocess, "Popen", no_process)
     for args in (["--fail-rank", "5"], ["--epochs", "1", "--fail-rank=2"]):
         with pytest.raises(ValueError, match=r"with 2 processes the ranks are 0 to 1\."):
-            ddp_train.launch(2, args)
+            parallel.torchrun(2, args)
 
 
 def test_torchrun_with_a_fail_rank_outside_the_job_says_so_once_and_fails(tmp_path: Path) -> None:
     # What a user types: torchrun --standalone --nproc_per_node=2 -m helpers.ddp_train --fail-rank 5
     out = tmp_path / "out"
-    command = ddp_train.torchrun_command(2, ["--fail-rank", "5", "--out", str(out)])
+    command = parallel.torchrun_command(2, ["--fail-rank", "5", "--out", str(out)])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     start = time.perf_counter()
     run = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
     said = "helpers.ddp_train: --fail-rank 5 names no rank of this job: with 2 processes the ranks are 0 to 1."
     assert run.returncode != 0, run.stdout + run.stderr
     assert (run.stdout + run.stderr).count(said) == 1, run.stderr[-3000:]
-    assert "exitcode: 2" in ddp_train.root_cause(run.stderr)  # the workers refused; none of them trained
+    assert "exitcode: 2" in parallel.root_cause(run.stderr)  # the workers refused; none of them trained
     assert not out.exists()  # refused before any data, process group or output folder
     assert "[rank " not in run.stdout
     print(f"refused in {time.perf_counter() - start:.1f} s")
@@ -113,8 +113,8 @@ def test_say_writes_each_line_with_one_call(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(os, "write", recording_write)
     with open(tmp_path / "shared.txt", "w") as stream:
         stream.write("earlier output, ")  # buffered: must go out before the line, not after it
-        ddp_train.say("[rank 1] of 2 on cpu (gloo): 256 of 512 images per epoch, 8 steps", stream)
-        ddp_train.say("[rank 0] lost a peer", stream)
+        parallel.say("[rank 1] of 2 on cpu (gloo): 256 of 512 images per epoch, 8 steps", stream)
+        parallel.say("[rank 0] lost a peer", stream)
     assert writes == [b"[rank 1] of 2 on cpu (gloo): 256 of 512 images per epoch, 8 steps\n", b"[rank 0] lost a peer\n"]
     assert (tmp_path / "shared.txt").read_text() == (
         "earlier output, [rank 1] of 2 on cpu (gloo): 256 of 512 images per epoch, 8 steps\n[rank 0] lost a peer\n"
@@ -125,5 +125,5 @@ def test_say_falls_back_to_write_on_a_stream_without_a_file() -> None:
     import io
 
     stream = io.StringIO()
-    ddp_train.say("[rank 0] hello", stream)
+    parallel.say("[rank 0] hello", stream)
     assert stream.getvalue() == "[rank 0] hello\n"

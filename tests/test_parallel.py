@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from helpers.models import MLP
-from helpers.parallel import child_stderr, is_wrapped, replica_split, strip_module_prefix, unwrap, wait_for_exit
+from helpers.parallel import child_stderr, replica_split, strip_module_prefix, wait_for_exit
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,13 +69,6 @@ def test_round_trip_from_data_parallel_into_a_plain_model() -> None:
     plain.load_state_dict(strip_module_prefix(state))  # strict: every key must match
     for (name, p), q in zip(plain.named_parameters(), wrapped.module.parameters(), strict=True):
         assert torch.equal(p, q.cpu()), name
-
-
-def test_unwrap() -> None:
-    model = MLP()
-    assert unwrap(nn.DataParallel(model)) is model
-    assert unwrap(model) is model
-    assert is_wrapped(nn.DataParallel(model)) and not is_wrapped(model)
 
 
 @pytest.mark.parametrize(

@@ -584,6 +584,81 @@ def check_unprefixed_state_dict(state_dict: dict[str, torch.Tensor] | None, wrap
     return _verdict(name, same, "the keys are right but some tensors differ; keep each value as it was")
 
 
+@exercise("06_unwrap")
+def check_unwrap(unwrap: Callable[[torch.nn.Module], torch.nn.Module] | None) -> bool:
+    """Lesson 06: ``unwrap(m)`` returns the model inside nn.DataParallel or DistributedDataParallel, any other model
+    as it is (one whose own child is called "module" included). DDP is tried in a one-process gloo group."""
+    from collections import OrderedDict
+
+    import torch.distributed as dist
+    from torch import nn
+
+    from helpers.models import MLP
+
+    name = "unwrap a wrapped model"
+    if _unanswered(name, unwrap):
+        return False
+    if not callable(unwrap):
+        return _verdict(name, False, f"unwrap should be a function, got {type(unwrap).__name__}")
+    model, named_module = MLP(), nn.Sequential(OrderedDict(module=nn.Linear(4, 2)))
+    cases = [("nn.DataParallel(model)", nn.DataParallel(model), model), ("a plain model", model, model)]
+    cases.append(("a plain model whose child is called 'module'", named_module, named_module))
+    own_group = not dist.is_initialized()
+    if own_group:  # a world of one: DDP needs a process group, not a second process
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        cases.append(("DistributedDataParallel(model)", nn.parallel.DistributedDataParallel(model), model))
+        for label, given, expected in cases:
+            try:
+                got = unwrap(given)
+            except Exception as err:  # the learner's code: any error becomes a hint
+                return _verdict(name, False, f"for {label} it raised {_first_line(err)}")
+            if got is not expected:
+                what = "the model itself" if given is expected else "its .module"
+                fix = "test with isinstance(m, (nn.DataParallel, nn.parallel.DistributedDataParallel))"
+                return _verdict(name, False, f"for {label} it should return {what}, got a {type(got).__name__}; {fix}")
+    finally:
+        if own_group:
+            dist.destroy_process_group()
+    return _verdict(name, True, "")
+
+
+@exercise("06_load_wrapped_checkpoint")
+def check_load_plain(load_plain: Callable[[Any, torch.device], torch.nn.Module] | None, device: torch.device) -> bool:
+    """Lesson 06: ``load_plain(path, device)`` returns a plain MLP on ``device`` holding, loaded strictly, the weights
+    of a checkpoint saved from a DataParallel-wrapped MLP (keys that start with "module.")."""
+    import tempfile
+    from pathlib import Path
+
+    from torch import nn
+
+    from helpers.models import MLP
+
+    name = "load a wrapped model's checkpoint into a plain model"
+    if _unanswered(name, load_plain):
+        return False
+    if not callable(load_plain):
+        return _verdict(name, False, f"load_plain should be a function, got {type(load_plain).__name__}")
+    torch.manual_seed(6)
+    saved = nn.DataParallel(MLP()).state_dict()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "wrapped.pt"
+        torch.save(saved, path)
+        try:
+            model = load_plain(path, device)
+        except Exception as err:  # the learner's code: any error becomes a hint
+            return _verdict(name, False, f"it raised {_first_line(err)}; strip the leading 'module.' from each key")
+    if not isinstance(model, MLP):
+        return _verdict(name, False, f"expected the plain MLP (not a wrapper), got a {type(model).__name__}")
+    state = model.state_dict()
+    if not all(same_device(t.device, device) for t in state.values()):
+        return _verdict(name, False, f"the model should be on {device}: build it there, or move it with .to(device)")
+    same = list(state) == [k.removeprefix("module.") for k in saved]
+    same = same and all(torch.equal(state[k.removeprefix("module.")].cpu(), v) for k, v in saved.items())
+    hint = "its weights are not the checkpoint's: load strictly (strict=False loads nothing when no key matches)"
+    return _verdict(name, same, hint)
+
+
 # --- lesson 07 -------------------------------------------------------------------------------------------------
 
 
@@ -628,6 +703,98 @@ def check_steps_per_epoch(steps: int | None, dataset_len: int, world_size: int, 
     return _verdict(
         name, steps == expected, "each process gets ceil(samples / processes) samples, in batches of batch_size"
     )
+
+
+@exercise("07_shard")
+def check_shard(shard: Callable[[int, int, int], list[int]] | None) -> bool:
+    """Lesson 07: ``shard(n, rank, world_size)`` lists the indices DistributedSampler(shuffle=False) gives ``rank``,
+    padding included, for data sets of 1 to 40 samples on 1 to 8 ranks."""
+    from torch.utils.data import DistributedSampler
+
+    name = "shard a data set by rank"
+    if _unanswered(name, shard):
+        return False
+    if not callable(shard):
+        return _verdict(name, False, f"shard should be a function, got {type(shard).__name__}")
+    for n in range(1, 41):
+        for world_size in (1, 2, 3, 4, 8):
+            for rank in range(world_size):
+                expected = list(DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=False))
+                case = f"shard({n}, {rank}, {world_size})"
+                try:
+                    got = [int(i) for i in shard(n, rank, world_size)]
+                except Exception as err:  # the learner's code: any error becomes a hint
+                    return _verdict(name, False, f"{case} raised {_first_line(err)}")
+                if got == expected:
+                    continue
+                if len(got) != len(expected):
+                    hint = f"every rank gets ceil(n / world_size) = {len(expected)}: pad by repeating the first indices"
+                else:
+                    hint = "rank r takes every world_size-th index of the padded list, starting at r"
+                return _verdict(name, False, f"{case} returned {got}, the sampler gives {expected}; {hint}")
+    return _verdict(name, True, "")
+
+
+def _global_mean_rank(fn: Callable, rank: int, store: str, losses: torch.Tensor, conn: Any) -> None:
+    """One rank of check_global_mean: join a two-process gloo group, call ``fn``, send back its answer."""
+    import os
+    import sys
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the process's own, closed at exit)
+    try:
+        timeout = timedelta(seconds=10)  # a rank that skips a collective: an error, not a hang
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2, timeout=timeout)
+        try:
+            conn.send(("ok", float(fn(losses))))
+        finally:
+            dist.destroy_process_group()
+    except Exception as err:  # the learner's code: any error becomes a hint
+        conn.send(("error", _first_line(err)))
+
+
+@exercise("07_global_mean")
+def check_global_mean(global_mean: Callable[[torch.Tensor], float] | None) -> bool:
+    """Lesson 07: ``global_mean(losses)``, called on every rank with that rank's per-sample losses, returns the mean
+    over all ranks' samples, the same on every rank. Run in two forked CPU processes (gloo) with 3 and 5 losses."""
+    import multiprocessing
+    import tempfile
+    from pathlib import Path
+
+    from helpers.parallel import wait_for_exit
+
+    name = "average a metric across ranks"
+    if _unanswered(name, global_mean):
+        return False
+    if not callable(global_mean):
+        return _verdict(name, False, f"global_mean should be a function, got {type(global_mean).__name__}")
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return _verdict(name, False, "this checker forks two processes, which this system cannot; run it on Linux")
+    shares = [torch.tensor([1.0, 2.0, 3.0]), torch.full((5,), 10.0)]  # rank means 2 and 10; all 8 samples: 7
+    context = multiprocessing.get_context("fork")  # the learner's function is copied, not pickled by name
+    with tempfile.TemporaryDirectory() as folder:
+        pipes = [context.Pipe(duplex=False) for _ in shares]
+        args = [(global_mean, r, str(Path(folder) / "store"), shares[r], pipes[r][1]) for r in range(len(shares))]
+        ranks = [context.Process(target=_global_mean_rank, args=a, daemon=True) for a in args]
+        for process in ranks:
+            process.start()
+        try:
+            wait_for_exit(ranks, timeout=60)
+        except TimeoutError:
+            return _verdict(name, False, "the ranks did not finish: does every rank call all_reduce the same times?")
+        answers = [receive.recv() if receive.poll() else ("error", "no answer") for receive, _ in pipes]
+    for rank, (status, value) in enumerate(answers):
+        if status != "ok":
+            return _verdict(name, False, f"rank {rank}: {value}")
+    got = [value for _, value in answers]
+    if all(abs(v - 7.0) < 1e-5 for v in got):
+        return _verdict(name, True, "")
+    if all(abs(v - 6.0) < 1e-5 for v in got):
+        return _verdict(name, False, "that is the mean of the ranks' means; sum losses and counts over ranks instead")
+    return _verdict(name, False, f"the ranks returned {got}, the mean over all 8 losses is 7.0; use dist.all_reduce")
 
 
 # --- lesson 08 -------------------------------------------------------------------------------------------------

@@ -918,7 +918,8 @@ class _Recorder(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
-        to_host = name == "to" and any(str(a).startswith("cpu") for a in list(args[1:]) + list((kwargs or {}).values()))
+        targets = [a for a in (*args[1:], *(kwargs or {}).values()) if isinstance(a, (str, torch.device))]
+        to_host = name == "to" and any(str(a).startswith("cpu") for a in targets)
         if name in _HOST_READS or to_host:
             self.host_reads.append(name)
         out = func(*args, **(kwargs or {}))

@@ -112,6 +112,14 @@ def evaluate_wrong_count(model, batches):
     return correct.item() / total
 
 
+def evaluate_copy_every_batch(model, batches):
+    correct, total = torch.zeros(()), 0
+    for X, y in batches:
+        correct += (model(X).argmax(dim=1) == y).sum().to("cpu")  # a copy to the host is a wait too
+        total += len(y)
+    return correct.item() / total
+
+
 def test_hidden_sync_reference(capsys):
     assert CHECKERS["08_hidden_sync"](evaluate_reference, torch.device("cpu"))
     assert capsys.readouterr().out.startswith("[pass]")
@@ -125,7 +133,7 @@ def test_hidden_sync_waits_for_an_answer(capsys):
 def test_hidden_sync_rejects_a_read_every_batch(capsys):
     check = CHECKERS["08_hidden_sync"]
     for wrong, read in ((evaluate_item_every_batch, "item"), (evaluate_float_every_batch, "__float__"),
-                        (evaluate_if_on_a_tensor, "__bool__")):
+                        (evaluate_if_on_a_tensor, "__bool__"), (evaluate_copy_every_batch, "to")):
         assert not check(wrong, torch.device("cpu"))
         out = capsys.readouterr().out
         assert "[not yet]" in out and read in out, out

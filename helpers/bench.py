@@ -492,14 +492,15 @@ def run_benchmark(
 # --- what the pipeline table and its sentences say -------------------------------------------------------------
 
 
-def _present(results: list[Measurement]) -> list[str]:
+def present_rows(results: list[Measurement]) -> list[str]:
+    """The pipelines ``results`` holds, in table order."""
     return [p for p in PIPELINES if any(m.pipeline == p for m in results)]
 
 
 def row_comparisons(results: list[Measurement]) -> dict[tuple[str, str], Comparison]:
     """Each (row, task) against the same task in the row it changes one thing from: what table and sentences use."""
     by = {(m.pipeline, m.task): m for m in results}
-    present = _present(results)
+    present = present_rows(results)
     out = {}
     for (p, t), m in by.items():
         parent = parent_of(p, present)
@@ -519,7 +520,7 @@ def format_table(results: list[Measurement], epoch_images: int | None = None, wo
 
     With ``epoch_images``, a last column gives the time of an epoch of that many images at the CNN's rate.
     """
-    present = _present(results)
+    present = present_rows(results)
     tasks = [t for t in TASKS if any(m.task == t for m in results)]
     by = {(m.pipeline, m.task): m for m in results}
     versus = row_comparisons(results)
@@ -545,7 +546,7 @@ def findings(results: list[Measurement], workers: int = 2) -> list[str]:
     One per row against the row it changes from, with the ratios the table prints; then, for the last row, how much
     of a training step feeding the data took.
     """
-    present = _present(results)
+    present = present_rows(results)
     tasks = [t for t in TASKS if any(m.task == t for m in results)]
     number = {p: i + 1 for i, p in enumerate(present)}
     versus = row_comparisons(results)
@@ -586,7 +587,7 @@ def findings(results: list[Measurement], workers: int = 2) -> list[str]:
 
 def goal_lines(results: list[Measurement]) -> list[str]:
     """One line per task: the last row's speed-up over the lab's setup against its goal."""
-    present = _present(results)
+    present = present_rows(results)
     ratio = speedups(results)
     by = {(m.pipeline, m.task): m for m in results}
     last = present[-1]

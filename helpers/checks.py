@@ -287,7 +287,7 @@ def check_buffers_move(module: torch.nn.Module | None, device: torch.device) -> 
     stay = [k for k, _, t in module_tensors(moved, "module") if t.device.type != "meta"]
     if stay:
         return _verdict(name, False, f"{', '.join(stay)} did not move with .to(); register it as a buffer")
-    wrong = [k for k in ("mean", "std") if not _same_device(buffers[k].device, device)]
+    wrong = [k for k in ("mean", "std") if not same_device(buffers[k].device, device)]
     if wrong:
         return _verdict(name, False, f"{', '.join(wrong)} is not on {device}; call .to(device) on the module")
     return _verdict(name, True, "")
@@ -365,7 +365,7 @@ def check_device_loader(wrapped: Any, loader: Any, device: torch.device) -> bool
         return _verdict(name, False, "its batches hold no tensors")
     return _verdict(
         name,
-        all(_same_device(t.device, device) for t in tensors),
+        all(same_device(t.device, device) for t in tensors),
         f"a batch tensor is on {tensors[0].device}, not {device}",
     )
 

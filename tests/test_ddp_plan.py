@@ -67,7 +67,7 @@ def test_a_fail_rank_outside_the_job_is_named_with_the_ranks_there_are(fail_rank
     assert f"the ranks are {ranks}." in problem and "-1 (the default) for no failing rank" in problem
 
 
-def test_torchrun_refuses_a_fail_rank_outside_the_job_before_starting_anything(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_launch_refuses_a_fail_rank_outside_the_job_before_starting_anything(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_process(*args, **kwargs):
         raise AssertionError("torchrun started a process")
 

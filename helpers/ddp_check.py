@@ -1,7 +1,5 @@
 """Lesson 07: N DDP processes take the step one process takes on the global batch (``ddp_train --check-equivalence``).
-
-Rank 0 trains a plain copy of the model on each step's global batch (every rank's batch together) and compares.
-"""
+Rank 0 trains a plain copy of the model on each step's global batch (every rank's batch together) and compares."""
 
 from __future__ import annotations
 
@@ -11,6 +9,7 @@ import math
 from collections.abc import Iterator
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DistributedSampler, TensorDataset
 
@@ -38,6 +37,16 @@ def global_batches(
 def flat_parameters(model: nn.Module) -> torch.Tensor:
     """All parameters in one detached 1-D tensor."""
     return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def replica_gap(model: nn.Module) -> float:
+    """The largest difference between any rank's weights and rank 0's; every rank must call it."""
+    mine = flat_parameters(model)
+    rank0 = mine.clone()
+    dist.broadcast(rank0, src=0)
+    gap = (mine - rank0).abs().max()
+    dist.all_reduce(gap, op=dist.ReduceOp.MAX)
+    return gap.item()
 
 
 class Reference:

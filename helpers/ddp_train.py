@@ -6,8 +6,7 @@
 torchrun gives each process RANK, LOCAL_RANK, WORLD_SIZE and the address where they meet; started without it, the
 script is rank 0 of a world of one (nanoGPT's train.py checks for RANK the same way). Only rank 0 logs and saves.
 helpers/single_train.py holds the same loop without DDP, and the data and options both scripts share.
-``--check-equivalence`` compares with one process on the global batch (helpers/ddp_check.py); ``--fail-rank R`` makes
-rank R raise on its first step, to see how a failure ends the whole job.
+--check-equivalence compares with one process on the global batch (helpers/ddp_check.py); --fail-rank R: rank R fails.
 """
 
 from __future__ import annotations
@@ -140,17 +139,12 @@ def train(args: argparse.Namespace, data: tuple[TensorDataset, TensorDataset], d
             save_checkpoint(state, Path(args.out) / CHECKPOINT_FILE)  # .module: keys without "module."
     seconds = time.perf_counter() - start
 
-    mine = ddp_check.flat_parameters(model.module)  # every replica must hold rank 0's weights: the largest gap
-    rank0 = mine.clone()
-    dist.broadcast(rank0, src=0)
-    replica_gap = (mine - rank0).abs().max()
-    dist.all_reduce(replica_gap, op=dist.ReduceOp.MAX)
-
+    replica_gap = ddp_check.replica_gap(model.module)  # every replica must hold rank 0's weights (collectives)
     summary = {"world_size": world_size, "losses": history, "seconds": seconds, "checkpoint": CHECKPOINT_FILE}
     summary.update(backend=backend, dataset=args.dataset, epochs=args.epochs, global_batch=args.batch_size * world_size)
     if rank == 0:
         summary["test_accuracy"] = evaluate(model.module, DataLoader(test_set, batch_size=1000))["accuracy"]
-        summary["replica_max_abs_diff"] = replica_gap.item()
+        summary["replica_max_abs_diff"] = replica_gap
         say(f"replicas agree: largest difference from rank 0's weights {summary['replica_max_abs_diff']:.1e}")
         if reference is not None:
             found, line = reference.report()

@@ -231,9 +231,7 @@ def root_cause(stderr: str) -> list[str]:
         key, _, value = text.partition(":")
         if key.strip() in ("rank", "exitcode"):
             found.append(f"{key.strip()}: {value.split('(pid')[0].strip()}")
-    last = [text for text in block if text]
-    if last:
-        found.append(last[-1])  # with @record in the worker, the traceback ends with the exception itself
+    found += [text for text in block if text][-1:]  # with @record in the worker, the traceback ends with the error
     return found
 
 

@@ -605,6 +605,8 @@ def check_unwrap(unwrap: Callable[[torch.nn.Module], torch.nn.Module] | None) ->
     cases.append(("a plain model whose child is called 'module'", named_module, named_module))
     own_group = not dist.is_initialized()
     if own_group:  # a world of one: DDP needs a process group, not a second process
+        import torch._dynamo  # noqa: F401 (before the group, as in ddp_train: else the group outlives its destroy)
+
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         cases.append(("DistributedDataParallel(model)", nn.parallel.DistributedDataParallel(model), model))

@@ -370,6 +370,51 @@ def check_device_loader(wrapped: Any, loader: Any, device: torch.device) -> bool
     )
 
 
+@exercise("04_padding_mask")
+def check_padding_mask(
+    padding_mask: Callable[[torch.Tensor, int], torch.Tensor] | None, device: torch.device
+) -> bool:
+    """Lesson 04: ``padding_mask(lengths, max_len)``, a bool (B, max_len) mask True where position < length, made
+    on the lengths' device (checked on ``device``, then on the GPU or the meta device)."""
+    from helpers.placement import gpu_or_meta
+
+    name = "padding mask follows its input"
+    if _unanswered(name, padding_mask):
+        return False
+    cases = [([3, 0, 5, 1], 5), ([2], 2), ([0, 4], 4)]  # an empty sequence, and sequences as long as max_len
+    for values, max_len in cases:
+        lengths = torch.tensor(values, device=device)
+        expected = torch.arange(max_len, device=device)[None, :] < lengths[:, None]  # (B, max_len)
+        try:
+            out = padding_mask(lengths, max_len)
+        except Exception as error:  # a checker reports, it never raises
+            return _verdict(name, False, f"with lengths {values} it raised {type(error).__name__}: {error}")
+        if not isinstance(out, torch.Tensor):
+            return _verdict(name, False, f"it should return a tensor, got {type(out).__name__}")
+        if out.dtype != torch.bool:
+            return _verdict(name, False, f"dtype is {out.dtype}, expected torch.bool; a comparison gives bools")
+        if tuple(out.shape) != tuple(expected.shape):
+            return _verdict(name, False, f"lengths {values}, max_len {max_len}: shape {tuple(out.shape)}, "
+                            f"expected {tuple(expected.shape)}, one row per sequence")
+        if not same_device(out.device, device):
+            return _verdict(name, False, f"given lengths on {device} it returned a tensor on {out.device}")
+        if not torch.equal(out, expected):
+            return _verdict(name, False, f"wrong values for lengths {values}: row i should be True in its first "
+                            "lengths[i] positions only (position < length)")
+    # The real GPU where there is one, else the meta device: a tensor made on the CPU inside the function shows up.
+    other = gpu_or_meta()
+    lengths = torch.tensor([3, 0, 5, 1], device=other)
+    hint = "make the positions on lengths.device: torch.arange(max_len, device=lengths.device)"
+    try:
+        out = padding_mask(lengths, 5)
+    except Exception as error:  # a checker reports, it never raises
+        return _verdict(name, False, f"with lengths on {other} it raised {type(error).__name__}: {error}; {hint}")
+    if not isinstance(out, torch.Tensor) or not same_device(out.device, other):
+        where = out.device if isinstance(out, torch.Tensor) else type(out).__name__
+        return _verdict(name, False, f"given lengths on {other} it returned {where}; {hint}")
+    return _verdict(name, True, "")
+
+
 # --- lesson 05 -------------------------------------------------------------------------------------------------
 
 

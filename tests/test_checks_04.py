@@ -11,7 +11,7 @@ from helpers.transfer import DeviceDataLoader
 
 CPU = torch.device("cpu")
 META = torch.device("meta")
-TESTED = {"04_one_hot", "04_device_loader"}
+TESTED = {"04_one_hot", "04_device_loader", "04_padding_mask"}
 
 
 def test_every_lesson_04_checker_is_tested():
@@ -70,3 +70,41 @@ def test_device_loader_wrong_answers(capsys):
 
 def _loader_of(n: int) -> DataLoader:
     return DataLoader(TensorDataset(torch.arange(float(n))), batch_size=1)
+
+
+def reference_padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]  # (B, max_len)
+
+
+def test_padding_mask_reference(capsys):
+    assert CHECKERS["04_padding_mask"](reference_padding_mask, CPU) is True
+    assert CHECKERS["04_padding_mask"](lambda n, m: torch.ones(len(n), m, dtype=torch.long, device=n.device).cumsum(1)
+                                       <= n[:, None], CPU) is True  # another correct way
+    assert capsys.readouterr().out.count("[pass]") == 2
+
+
+def test_padding_mask_waiting(capsys):
+    assert CHECKERS["04_padding_mask"](None, CPU) is False
+    assert "[waiting]" in capsys.readouterr().out
+
+
+def test_padding_mask_wrong_answers(capsys):
+    check = CHECKERS["04_padding_mask"]
+
+    def arange_on_the_cpu(lengths, max_len):  # right values on the CPU, fails with lengths elsewhere
+        return torch.arange(max_len)[None, :] < lengths[:, None]
+
+    assert check(arange_on_the_cpu, CPU) is False
+    assert "device=lengths.device" in capsys.readouterr().out
+    assert check(lambda n, m: torch.arange(m)[None, :] < n.cpu()[:, None], CPU) is False  # result left on the CPU
+    assert "device=lengths.device" in capsys.readouterr().out
+    assert check(lambda n, m: torch.arange(m, device=n.device)[None, :] <= n[:, None], CPU) is False
+    assert "position < length" in capsys.readouterr().out
+    assert check(lambda n, m: reference_padding_mask(n, m).float(), CPU) is False
+    assert "torch.bool" in capsys.readouterr().out
+    assert check(lambda n, m: reference_padding_mask(n, m).T, CPU) is False
+    assert "shape" in capsys.readouterr().out
+    assert check(lambda n, m: reference_padding_mask(n, m)[:, :-1], CPU) is False  # one position short
+    assert check(lambda n, m: 1 / 0, CPU) is False
+    assert "ZeroDivisionError" in capsys.readouterr().out
+    assert check(lambda n, m: [[True] * m] * len(n), CPU) is False

@@ -41,8 +41,6 @@ def _unanswered(exercise: str, *answers: Any) -> bool:
     return False
 
 
-_same_device = same_device  # the older name, still used by the blocks of lessons 03 to 09
-
 # --- lesson 00 -------------------------------------------------------------------------------------------------
 
 
@@ -862,7 +860,7 @@ def check_channels_last(images_cl: torch.Tensor | None, images: torch.Tensor) ->
             f"shape is {tuple(images_cl.shape)}, expected {tuple(images.shape)}: channels_last changes the order "
             "in memory, not the shape (no permute)",
         )
-    if not _same_device(images_cl.device, images.device):
+    if not same_device(images_cl.device, images.device):
         return _verdict(name, False, f"it lives on {images_cl.device}, not on {images.device} like the input")
     if not images_cl.is_contiguous(memory_format=torch.channels_last):
         return _verdict(name, False, "not channels_last in memory; use .contiguous(memory_format=torch.channels_last)")
@@ -893,61 +891,6 @@ def check_autocast_dtypes(
     return _verdict(name, True, "")
 
 
-# --- lesson 09 -------------------------------------------------------------------------------------------------
-
-_HISTORIES = [
-    ([(1.0, 0.5), (2.0, 0.88), (3.0, 0.9)], 0.88, 2.0),  # reached exactly at the target
-    ([(0.5, 0.7), (1.5, 0.91), (2.5, 0.86), (3.5, 0.93)], 0.9, 1.5),  # the first time counts, not a later one
-    ([(1.0, 0.5), (2.0, 0.6)], 0.9, None),  # never reached
-    ([], 0.9, None),
-]
-
-
-@exercise("09_time_to_target")
-def check_time_to_target(fn: Callable | None) -> bool:
-    """Lesson 09: ``fn(history, target)`` returns the training time of the first point at or above the target."""
-    name = "time to target"
-    if _unanswered(name, fn):
-        return False
-    if not callable(fn):
-        return _verdict(name, False, f"expected a function, got {type(fn).__name__}")
-    for history, target, expected in _HISTORIES:
-        try:
-            got = fn(list(history), target)
-        except Exception as exc:  # a learner's function may raise anything; the hint names it
-            return _verdict(name, False, f"it raised {type(exc).__name__}: {exc} on history={history}")
-        if got != expected:
-            return _verdict(name, False, f"for history={history} and target={target} it returned {got!r}, expected "
-                                         f"{expected!r} (the first point with accuracy >= target; None if none)")
-    return _verdict(name, True, "")
-
-
-_SPREADS = [
-    ([10.0, 11.0, 12.0], [5.0, 5.5, 6.0], "kept"),
-    ([10.0, 11.0, 12.0], [9.0, 10.5, 11.0], "no clear difference"),  # lower mean, overlapping ranges
-    ([10.0, 11.0, 12.0], [12.5, 13.0, 14.0], "slower"),
-    ([10.0, 10.2, 10.4], [10.5, 10.6, 19.0], "slower"),
-    ([5.0, 9.0, 13.0], [8.8, 8.9, 9.0], "no clear difference"),  # a tighter spread inside a wide one
-]
-
-
-@exercise("09_keep_rule")
-def check_keep_rule(fn: Callable | None) -> bool:
-    """Lesson 09: ``fn(before, after)`` says "kept", "no clear difference" or "slower" from two lists of seconds."""
-    name = "keep or reject"
-    if _unanswered(name, fn):
-        return False
-    if not callable(fn):
-        return _verdict(name, False, f"expected a function, got {type(fn).__name__}")
-    for before, after, expected in _SPREADS:
-        try:
-            got = fn(list(before), list(after))
-        except Exception as exc:  # a learner's function may raise anything; the hint names it
-            return _verdict(name, False, f"it raised {type(exc).__name__}: {exc}")
-        if got != expected:
-            return _verdict(name, False, f"before={before}, after={after}: it said {got!r}, expected {expected!r}; "
-                                         "keep only when the slowest run after beats the fastest run before")
-    return _verdict(name, True, "")
 _HOST_READS = {"item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__", "__repr__",
                "__format__"}
 """Tensor methods that copy values to the host, so the CPU waits for the device (``if t > 0`` calls __bool__)."""
@@ -1007,6 +950,61 @@ def check_hidden_sync(evaluate: Callable | None, device: torch.device) -> bool:
     return _verdict(name, True, "")
 
 
+# --- lesson 09 -------------------------------------------------------------------------------------------------
+
+_HISTORIES = [
+    ([(1.0, 0.5), (2.0, 0.88), (3.0, 0.9)], 0.88, 2.0),  # reached exactly at the target
+    ([(0.5, 0.7), (1.5, 0.91), (2.5, 0.86), (3.5, 0.93)], 0.9, 1.5),  # the first time counts, not a later one
+    ([(1.0, 0.5), (2.0, 0.6)], 0.9, None),  # never reached
+    ([], 0.9, None),
+]
+
+
+@exercise("09_time_to_target")
+def check_time_to_target(fn: Callable | None) -> bool:
+    """Lesson 09: ``fn(history, target)`` returns the training time of the first point at or above the target."""
+    name = "time to target"
+    if _unanswered(name, fn):
+        return False
+    if not callable(fn):
+        return _verdict(name, False, f"expected a function, got {type(fn).__name__}")
+    for history, target, expected in _HISTORIES:
+        try:
+            got = fn(list(history), target)
+        except Exception as exc:  # a learner's function may raise anything; the hint names it
+            return _verdict(name, False, f"it raised {type(exc).__name__}: {exc} on history={history}")
+        if got != expected:
+            return _verdict(name, False, f"for history={history} and target={target} it returned {got!r}, expected "
+                                         f"{expected!r} (the first point with accuracy >= target; None if none)")
+    return _verdict(name, True, "")
+
+
+_SPREADS = [
+    ([10.0, 11.0, 12.0], [5.0, 5.5, 6.0], "kept"),
+    ([10.0, 11.0, 12.0], [9.0, 10.5, 11.0], "no clear difference"),  # lower mean, overlapping ranges
+    ([10.0, 11.0, 12.0], [12.5, 13.0, 14.0], "slower"),
+    ([10.0, 10.2, 10.4], [10.5, 10.6, 19.0], "slower"),
+    ([5.0, 9.0, 13.0], [8.8, 8.9, 9.0], "no clear difference"),  # a tighter spread inside a wide one
+]
+
+
+@exercise("09_keep_rule")
+def check_keep_rule(fn: Callable | None) -> bool:
+    """Lesson 09: ``fn(before, after)`` says "kept", "no clear difference" or "slower" from two lists of seconds."""
+    name = "keep or reject"
+    if _unanswered(name, fn):
+        return False
+    if not callable(fn):
+        return _verdict(name, False, f"expected a function, got {type(fn).__name__}")
+    for before, after, expected in _SPREADS:
+        try:
+            got = fn(list(before), list(after))
+        except Exception as exc:  # a learner's function may raise anything; the hint names it
+            return _verdict(name, False, f"it raised {type(exc).__name__}: {exc}")
+        if got != expected:
+            return _verdict(name, False, f"before={before}, after={after}: it said {got!r}, expected {expected!r}; "
+                                         "keep only when the slowest run after beats the fastest run before")
+    return _verdict(name, True, "")
 
 
 class _QueuedClock:

@@ -271,7 +271,7 @@ def format_rows(rows: Sequence[Sequence[object]], right: Sequence[int] = ()) -> 
     return "\n".join(lines)
 
 
-def cuda_gpus(needed: int, shows: str) -> bool:
+def enough_gpus(needed: int, shows: str) -> bool:
     """True when at least ``needed`` CUDA GPUs are visible; otherwise print one line on what is skipped and why."""
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count >= needed:

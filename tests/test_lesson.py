@@ -51,13 +51,13 @@ def test_headline_prints_outside_notebooks(capsys):
 
 def test_cuda_gpus_prints_one_skip_line(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert lesson.cuda_gpus(2, "the batch split across GPUs") is False
+    assert lesson.enough_gpus(2, "the batch split across GPUs") is False
     assert capsys.readouterr().out == (
         "Skipped (needs 2 CUDA GPUs, this machine has 0): the batch split across GPUs\n"
     )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert lesson.cuda_gpus(2, "x") is True
+    assert lesson.enough_gpus(2, "x") is True
     assert capsys.readouterr().out == ""
 
 

@@ -1,6 +1,6 @@
 """The fast loop (``pytest -m "not slow"``) leaves out what is slow, and its list (``SLOW`` in conftest.py) stays true.
 
-A test that starts processes (subprocess, multiprocessing, torchrun through ``ddp_train.launch``, the course runner,
+A test that starts processes (subprocess, multiprocessing, torchrun through ``parallel.torchrun``, the course runner,
 ``devices.child_output``), builds virtual environments or executes notebooks must be in ``SLOW``, found by reading
 the tests' code: the names a test uses, and the names used by the module's functions and fixtures it calls or
 requests, however deep. Every entry of ``SLOW`` must still name a test, so a renamed test cannot drop out of it.
@@ -21,7 +21,7 @@ TEST_FILES = sorted((ROOT / "tests").rglob("test_*.py"))
 
 LAUNCHES = re.compile(
     r"(subprocess|multiprocessing|mp|venv|course_cli)\..+"
-    r"|(.+\.)?(Popen|child_output|run_notebook)|ddp_train\.launch|executed_notebook|pytest\.mark\.notebooks"
+    r"|(.+\.)?(Popen|child_output|run_notebook)|parallel\.torchrun|executed_notebook|pytest\.mark\.notebooks"
 )
 """Dotted names whose use means a child process, a virtual environment or an executed notebook."""
 
@@ -132,7 +132,7 @@ def test_nbval_cells_and_listed_tests_are_slow_and_the_rest_is_not(root_conftest
 HELPER_MODULE = '''
 import subprocess
 import pytest
-from helpers import ddp_train
+from helpers import parallel
 
 def _run(*args):
     return subprocess.run(args)
@@ -151,7 +151,7 @@ def test_through_a_fixture(env):
     assert env
 
 def test_torchrun():
-    ddp_train.launch(2, [])
+    parallel.torchrun(2, [])
 
 @pytest.mark.notebooks
 def test_marked(tmp_path):

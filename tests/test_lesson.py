@@ -49,7 +49,7 @@ def test_headline_prints_outside_notebooks(capsys):
     assert capsys.readouterr().out.strip() == "Headline: test accuracy: 88.0%"
 
 
-def test_cuda_gpus_prints_one_skip_line(monkeypatch, capsys):
+def test_enough_gpus_prints_one_skip_line(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert lesson.enough_gpus(2, "the batch split across GPUs") is False
     assert capsys.readouterr().out == (

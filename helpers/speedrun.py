@@ -39,7 +39,7 @@ TARGET, QUICK_TARGET = 0.88, 0.60
 QUICK_RUNS = 2
 QUICK_EPOCHS = 2
 """Quick mode multiplies every recipe's epoch budget by this: its subset gives 8 steps an epoch at batch 512, too few
-for a one-cycle schedule to reach the quick target within the full ladder's 2 epochs."""
+for a one-cycle schedule to reach the quick target within the full ladder's budget."""
 NOT_REACHED = "not kept: target not reached in every run"
 SKIPPED = "skipped"
 
@@ -197,11 +197,34 @@ class ConvBNNet(nn.Module):
         return self.head(self.features(X).amax(dim=(2, 3)))  # (B, w3, 3, 3) -> (B, w3) -> (B, 10)
 
 
-def sized_widths(device: torch.device, quick: bool) -> tuple[int, int, int]:
-    """The ConvBNNet widths for a device: wide enough for a GPU's tensor cores there, small for a CPU's few cores."""
-    if device.type == "cuda" and not quick:
-        return (64, 128, 256)
-    return (8, 16, 32) if quick else (16, 32, 64)
+class DenseNet(nn.Module):
+    """One hidden layer: 784 -> hidden -> 10. Its arithmetic is two matrix products, which a CPU runs near its peak."""
+
+    def __init__(self, hidden: int = 512, num_classes: int = 10) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(28 * 28, hidden)
+        self.out = nn.Linear(hidden, num_classes)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.out(F.relu(self.hidden(X.flatten(1))))  # (B, 1, 28, 28) -> (B, 784) -> (B, hidden) -> (B, 10)
+
+
+def sized_network(device: torch.device, quick: bool) -> nn.Module:
+    """The network rung 2 trains on ``device``: wide convolutions on a CUDA GPU, which has arithmetic to spare; on a
+    CPU, where a small convolution uses its few cores poorly, a one-hidden-layer net of matrix products. Quick mode's
+    tiny subset gets a small ConvBNNet everywhere."""
+    if quick:
+        return ConvBNNet((8, 16, 32))
+    if device.type == "cuda":
+        return ConvBNNet((64, 128, 256))
+    if device.type == "cpu":
+        return DenseNet(512)
+    return ConvBNNet((16, 32, 64))
+
+
+def sized_epochs(device: torch.device, quick: bool) -> int:
+    """The epoch budget planned with the sized network: a CPU's dense net needs more epochs, each far cheaper."""
+    return 8 if device.type == "cpu" and not quick else 3
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -215,7 +238,7 @@ class Recipe:
     loader: str = "DataLoader"  # "DataLoader" (ToTensor/Normalize per sample, .to(device) per batch) or "resident"
     batch_size: int = 64
     optimizer: str = "Adadelta+StepLR"  # the example's; or "SGD+OneCycle" (Nesterov momentum, one-cycle schedule)
-    model: str = "examples"  # or "sized" (ConvBNNet, widths from the device)
+    model: str = "examples"  # or "sized" (``sized_network``: chosen for the device)
     bf16_channels_last: bool = False
     fused: bool = False
     flips: bool = False
@@ -233,24 +256,28 @@ class Rung:
     """Why the change could pay: the lesson it comes from."""
 
 
-LADDER: list[Rung] = [
-    Rung("0 pytorch/examples loop", {}, "the baseline: the loop of pytorch/examples mnist/main.py"),
-    Rung("1 data on the device", {"loader": "resident"},
-         "lesson 05: no per-sample Python work and no copy per batch; the images are converted once"),
-    Rung("2 batch 512 + one-cycle", {"batch_size": 512, "optimizer": "SGD+OneCycle", "epochs": 2},
-         "lessons 05 and 08: a step's fixed cost is paid 8x less often; the one-cycle schedule lets the larger "
-         "batch train with a high learning rate"),
-    Rung("3 network sized for the device", {"model": "sized"},
-         "lesson 08: a net whose layers fit the hardware (wide on a GPU, small on a CPU), with BatchNorm"),
-    Rung("4 bf16 autocast + channels_last", {"bf16_channels_last": True},
-         "lesson 08: cheaper arithmetic on tensor cores, where the kernels take the time"),
-    Rung("5 fused optimizer", {"fused": True}, "lesson 08: one kernel for the whole update instead of one per tensor"),
-    Rung("6 random flips on the device", {"flips": True},
-         "augmentation made on the device: more varied images for no copy"),
-    Rung("7 label smoothing", {"label_smoothing": 0.1}, "softer targets that keep the net from over-confidence"),
-    Rung("8 test-time flips", {"test_flips": True},
-         "average the scores of each test image and its mirror; costs evaluation time only"),
-]
+def ladder(device: torch.device, quick: bool) -> list[Rung]:
+    """The rungs, in order. Only the sized network and its epoch budget depend on the device."""
+    return [
+        Rung("0 pytorch/examples loop", {}, "the baseline: the loop of pytorch/examples mnist/main.py"),
+        Rung("1 data on the device", {"loader": "resident"},
+             "lesson 05: no per-sample Python work and no copy per batch; the images are converted once"),
+        Rung("2 network sized for the device", {"model": "sized", "epochs": sized_epochs(device, quick)},
+             "lesson 08: arithmetic shaped for the hardware: wide conv-BatchNorm layers where a GPU has arithmetic to "
+             "spare, dense matrix products where a CPU has little"),
+        Rung("3 batch 512 + one-cycle", {"batch_size": 512, "optimizer": "SGD+OneCycle"},
+             "lessons 05 and 08: a step's fixed cost is paid 8x less often; the one-cycle schedule lets the larger "
+             "batch train with a high learning rate"),
+        Rung("4 bf16 autocast + channels_last", {"bf16_channels_last": True},
+             "lesson 08: cheaper arithmetic on tensor cores, where the kernels take the time"),
+        Rung("5 fused optimizer", {"fused": True},
+             "lesson 08: one kernel for the whole update instead of one per tensor"),
+        Rung("6 random flips on the device", {"flips": True},
+             "augmentation made on the device: more varied images for no copy"),
+        Rung("7 label smoothing", {"label_smoothing": 0.1}, "softer targets that keep the net from over-confidence"),
+        Rung("8 test-time flips", {"test_flips": True},
+             "average the scores of each test image and its mirror; costs evaluation time only"),
+    ]
 
 
 def skip_reason(recipe: Recipe, device: torch.device) -> str | None:
@@ -258,6 +285,9 @@ def skip_reason(recipe: Recipe, device: torch.device) -> str | None:
     if recipe.bf16_channels_last and device.type != "cuda":
         return (f"bf16 autocast is tried on CUDA GPUs only, where tensor cores run it; on {device.type} lesson 08 "
                 "measures it instead")
+    if recipe.fused and recipe.optimizer != "SGD+OneCycle":
+        return (f"the fused update is tried with SGD, and the kept recipe trains with {recipe.optimizer.split('+')[0]} "
+                "(the one-cycle rung was not kept)")
     if recipe.fused:
         try:
             torch.optim.SGD([torch.zeros(1, device=device, requires_grad=True)], lr=0.1, fused=True)
@@ -268,10 +298,7 @@ def skip_reason(recipe: Recipe, device: torch.device) -> str | None:
 
 def build_model(recipe: Recipe, device: torch.device, quick: bool) -> nn.Module:
     """A fresh model for ``recipe`` on ``device`` (channels_last when the recipe says so)."""
-    if recipe.model == "examples":
-        model = ExamplesNet(width=0.25 if quick else 1.0)
-    else:
-        model = ConvBNNet(sized_widths(device, quick))
+    model = ExamplesNet(width=0.25 if quick else 1.0) if recipe.model == "examples" else sized_network(device, quick)
     model = model.to(device)
     return model.to(memory_format=torch.channels_last) if recipe.bf16_channels_last else model
 
@@ -428,12 +455,12 @@ class RungResult:
 
 
 def run_ladder(data: Data, device: torch.device, target: float, seeds: Sequence[int], quick: bool,
-               ladder: Sequence[Rung] = LADDER, run: Callable[..., Attempt] = run_recipe,
+               rungs: Sequence[Rung] | None = None, run: Callable[..., Attempt] = run_recipe,
                progress: Callable[[str, int], None] = lambda name, runs: None) -> list[RungResult]:
     """Run every rung for every seed. A rung changes the last *kept* recipe, and is kept only when it beats it."""
     results: list[RungResult] = []
     kept: RungResult | None = None
-    for rung in ladder:
+    for rung in rungs if rungs is not None else ladder(device, quick):
         recipe = dataclasses.replace(kept.recipe if kept else Recipe(), **rung.change)
         reason = skip_reason(recipe, device)
         if reason:
@@ -613,13 +640,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tqdm.auto import tqdm
 
     seeds = list(range(args.runs))
-    bar = tqdm(total=len(LADDER) * len(seeds), unit="run", file=sys.stderr, disable=args.no_progress)
+    rungs = ladder(device, args.quick)
+    bar = tqdm(total=len(rungs) * len(seeds), unit="run", file=sys.stderr, disable=args.no_progress)
 
     def tick(name: str, runs: int) -> None:
         bar.set_description(name[:30])
         bar.update(runs)
 
-    results = run_ladder(data, device, target, seeds, args.quick, progress=tick)
+    results = run_ladder(data, device, target, seeds, args.quick, rungs, progress=tick)
     bar.close()
     print(f"{dataset} to {target:.0%} test accuracy on {device} ({hardware(device)['device_name']}), "
           f"{len(seeds)} seed(s) per rung{', quick mode' if args.quick else ''}")

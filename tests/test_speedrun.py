@@ -129,12 +129,37 @@ def test_verdict_needs_times():
         verdict([], [1.0])
 
 
-def test_each_rung_changes_one_thing_and_the_ladder_builds_on_kept_rungs():
+@pytest.mark.parametrize("device", ["cpu", "cuda", "mps"])
+@pytest.mark.parametrize("quick", [False, True])
+def test_each_rung_changes_one_thing_and_the_ladder_builds_on_kept_rungs(device, quick):
+    import torch
+
     fields = set(speedrun.Recipe.__dataclass_fields__)
-    for rung in speedrun.LADDER[1:]:
+    rungs = speedrun.ladder(torch.device(device), quick)
+    assert [r.name.split()[0] for r in rungs] == [str(i) for i in range(len(rungs))]
+    for rung in rungs[1:]:
         assert set(rung.change) <= fields
-        changed = {k for k in rung.change if k != "epochs"}  # the budget follows the schedule it belongs to
+        changed = {k for k in rung.change if k != "epochs"}  # the budget follows the network it was planned with
         assert 1 <= len(changed) <= 2, rung.name  # "batch 512 + one-cycle" is one recipe: the batch and its schedule
+
+
+def test_the_sized_network_follows_the_device():
+    import torch
+
+    X = torch.randn(2, 1, 28, 28)
+    cpu, cuda, mps = torch.device("cpu"), torch.device("cuda"), torch.device("mps")
+    assert isinstance(speedrun.sized_network(cpu, quick=False), speedrun.DenseNet)
+    assert isinstance(speedrun.sized_network(cuda, quick=False), speedrun.ConvBNNet)
+    assert isinstance(speedrun.sized_network(mps, quick=False), speedrun.ConvBNNet)
+    wide, narrow = speedrun.sized_network(cuda, quick=False), speedrun.sized_network(cpu, quick=True)
+    assert sum(p.numel() for p in wide.parameters()) > 20 * sum(p.numel() for p in narrow.parameters())
+    for net in (wide, narrow, speedrun.sized_network(cpu, quick=False)):
+        assert net(X).shape == (2, 10)
+    # the CPU's dense net is cheap per epoch and planned for more of them; quick mode keeps one budget everywhere
+    assert speedrun.sized_epochs(cpu, quick=False) > speedrun.sized_epochs(cuda, quick=False)
+    assert speedrun.sized_epochs(cpu, quick=True) == speedrun.sized_epochs(cuda, quick=True)
+    change = next(r.change for r in speedrun.ladder(cpu, False) if r.change.get("model") == "sized")
+    assert change["epochs"] == speedrun.sized_epochs(cpu, False)
 
 
 def _attempt(seconds: float, reached: bool = True) -> speedrun.Attempt:
@@ -175,3 +200,12 @@ def test_a_rung_the_device_cannot_run_is_skipped_with_its_reason():
     reason = speedrun.skip_reason(speedrun.Recipe(bf16_channels_last=True), torch.device("cpu"))
     assert reason and "CUDA" in reason
     assert speedrun.skip_reason(speedrun.Recipe(), torch.device("cpu")) is None
+
+
+def test_a_fused_rung_on_a_recipe_without_sgd_is_skipped_with_the_reason():
+    import torch
+
+    cpu = torch.device("cpu")
+    reason = speedrun.skip_reason(speedrun.Recipe(fused=True), cpu)  # the baseline's Adadelta: nothing to fuse
+    assert reason is not None and "Adadelta" in reason
+    assert speedrun.skip_reason(speedrun.Recipe(optimizer="SGD+OneCycle"), cpu) is None

@@ -140,7 +140,20 @@ def test_each_rung_changes_one_thing_and_the_ladder_builds_on_kept_rungs(device,
     for rung in rungs[1:]:
         assert set(rung.change) <= fields
         changed = {k for k in rung.change if k != "epochs"}  # the budget follows the network it was planned with
-        assert 1 <= len(changed) <= 2, rung.name  # "batch 512 + one-cycle" is one recipe: the batch and its schedule
+        assert 1 <= len(changed) <= 2, rung.name  # "bigger batch + one-cycle" is one recipe: the batch and its schedule
+
+
+def test_the_one_cycle_rung_plans_its_batch_for_the_device():
+    import torch
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert speedrun.one_cycle_plan(cpu, quick=False)["batch_size"] == 128  # compute-bound: a bigger batch buys little
+    assert speedrun.one_cycle_plan(cuda, quick=False)["batch_size"] == 512  # launch-bound: fixed costs paid less often
+    assert speedrun.one_cycle_plan(cpu, quick=True) == speedrun.one_cycle_plan(cuda, quick=True)
+    for device in (cpu, cuda):
+        change = next(r.change for r in speedrun.ladder(device, False) if r.change.get("optimizer") == "SGD+OneCycle")
+        assert change == speedrun.one_cycle_plan(device, False)
+        assert change["batch_size"] > speedrun.Recipe().batch_size
 
 
 def test_the_sized_network_follows_the_device():

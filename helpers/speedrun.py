@@ -265,11 +265,11 @@ class Rung:
 
 
 def ladder(device: torch.device, quick: bool) -> list[Rung]:
-    """The rungs, in order. Only the sized network and its epoch budget depend on the device.
+    """The rungs, in order. Only rung 1's network and budget and rung 3's batch depend on the device.
 
     The network comes before the data: a rung can pay only when the part it speeds up is what limits the step, and
-    while the examples CNN takes most of a CPU's step time, feeding it faster hardly shows. Once the network suits
-    the device, the data pipeline is what is left to cut."""
+    where the examples CNN takes most of the step time, feeding it faster hardly shows. Once the network suits the
+    device, the data pipeline is what is left to cut."""
     return [
         Rung("0 pytorch/examples loop", {}, "the baseline: the loop of pytorch/examples mnist/main.py"),
         Rung("1 network sized for the device", {"model": "sized", "epochs": sized_epochs(device, quick)},

@@ -230,7 +230,7 @@ def stalled(state: dict) -> bool:
 
 
 def run_notebook(page, lab: Lab, name: str, stall_s: float = 60, tries: int = 2) -> dict:
-    """Open ``name``, Run All, and wait until it is idle. Once in a while (a few runs in a hundred here) the page
+    """Open ``name``, Run All, and wait until it is idle. Now and then (seen once here, on lesson 09) the page
     queues every cell while the kernel stays idle and never receives them; a learner would reopen the notebook and
     run it again, and so does this, once, keeping a screenshot of the stall."""
     for attempt in range(1, tries + 1):

@@ -131,3 +131,15 @@ def test_a_damaged_notebook_fails_alone_with_what_is_wrong(capsys, tmp_path, mon
         "(Expecting property name enclosed in double quotes). Restore it (git checkout -- 00_cut.ipynb" in err
     )
     assert "Executed copy" not in err  # there is none to look at
+
+
+def test_write_back_refuses_helpers_from_another_clone(capsys, monkeypatch, tmp_path: Path) -> None:
+    import helpers
+
+    other = tmp_path / "other-clone" / "helpers"
+    other.mkdir(parents=True)
+    monkeypatch.setattr(helpers, "__file__", str(other / "__init__.py"))
+    err = _refused(capsys, tmp_path / "out", "--write-back", "--only", "00")
+    assert f"`import helpers` finds {other}" in err and "pip install --no-deps -e ." in err
+    monkeypatch.undo()
+    assert course._helpers_elsewhere() is None  # this clone's helpers, as the test run imports them

@@ -31,6 +31,7 @@ from typing import IO, TYPE_CHECKING
 
 import nbformat
 
+import helpers
 from helpers import devices
 from helpers.data import ENV_DATASET, canonical_name
 from helpers.devices import ENV_DEVICE
@@ -358,6 +359,12 @@ def _device_problem(device: str) -> str | None:
     return done.stdout.strip() or done.stderr.strip().splitlines()[-1]
 
 
+def _helpers_elsewhere() -> Path | None:
+    """The helpers package the lessons' kernels import (the same Python as this runner's), if it is not this clone's."""
+    found = Path(helpers.__file__).resolve().parent
+    return None if found == (ROOT / "helpers").resolve() else found
+
+
 def check_arguments(args: argparse.Namespace) -> list[Path]:
     """The notebooks to run, once every argument and COURSE_* variable is known to be usable; else UsageError."""
     folder = Path(args.notebooks)
@@ -396,6 +403,12 @@ def check_arguments(args: argparse.Namespace) -> list[Path]:
                 f"{ENV_DATASET}={os.environ[ENV_DATASET]!r} is set in the environment: {exc} "
                 f"Set it to one of those, unset it, or pass --dataset."
             ) from None
+    if args.write_back and (elsewhere := _helpers_elsewhere()):
+        raise UsageError(
+            f"--write-back commits outputs made by the helpers of this clone ({ROOT / 'helpers'}), but `import "
+            f"helpers` finds {elsewhere} (a virtual environment shared with another clone?). Run "
+            f"`.venv/bin/pip install --no-deps -e .` in {ROOT}, then run again."
+        )
     if not (args.quick or args.write_back):
         try:
             env_flag(ENV_QUICK)

@@ -14,8 +14,9 @@ FORBIDDEN_CALLS = {
     r"torch\.distributed\.launch": "torch.distributed.launch is deprecated: use torchrun",
     r"DistributedDataParallelCPU": "DistributedDataParallelCPU is gone: use DDP with the gloo backend",
 }
-LOCAL_PATH = re.compile(r"(/home/\w|/Users/\w|/root/|/work/|[A-Za-z]:\\Users\\|~/\.\w)")
-"""A machine's own paths: home folders (also as ``~/.pyenv/...``, what the runner's scrubbing leaves of one)."""
+LOCAL_PATH = re.compile(r"(/home/\w|/Users/\w|/root/|/work/|/tmp/|[A-Za-z]:\\Users\\|~/\.\w)")
+"""A machine's own paths: home folders (also as ``~/.pyenv/...``, what the runner's scrubbing leaves of one) and
+temporary folders (another clone's data folder, say)."""
 
 
 def _text(value: object) -> str:

@@ -72,6 +72,10 @@ BREAKAGES = {
     "home path in output": (_home_path_left_by_scrubbing, "absolute local path"),
     "local path in output": (_local_path_in_output, "absolute local path"),
     "local path in traceback": (_local_path_in_traceback, "absolute local path"),
+    "temporary path in output": (
+        lambda nb: nb.cells[3].outputs[0].update(text="Loaded FashionMNIST from /tmp/ci3/data/FashionMNIST\n"),
+        "absolute local path",
+    ),
     "local path in source": (lambda nb: setattr(nb.cells[1], "source", "open('/Users/bob/x')"), "absolute local path"),
     "deprecated default type": (
         lambda nb: setattr(nb.cells[1], "source", "torch.set_default_tensor_type(torch.cuda.FloatTensor)"),

@@ -37,7 +37,7 @@ import helpers
 from tools import course, launch
 
 ROOT = Path(__file__).resolve().parent.parent
-HIDDEN = ("helpers", "pytorch_gpu_course_helpers", "__editable__", "__pycache__")
+HIDDEN = ("helpers", "exercises", "pytorch_gpu_course_helpers", "__editable__", "__pycache__")
 URL = launch.repository_url(ROOT / "pyproject.toml")
 DEFAULT_SOURCE = launch.install_source(URL, launch.REF)
 
@@ -102,7 +102,8 @@ def fresh_env(tmp_path_factory: pytest.TempPathFactory, borrowed: Path) -> tuple
 def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """What git would check out (the package and its build files), copied so no build touches the checkout."""
     target = tmp_path_factory.mktemp("source")
-    shutil.copytree(ROOT / "helpers", target / "helpers", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("helpers", "exercises"):
+        shutil.copytree(ROOT / package, target / package, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         if (ROOT / name).exists():
             shutil.copy(ROOT / name, target / name)

@@ -2,7 +2,7 @@
 
 import torch
 
-from helpers.checks import CHECKERS
+from exercises.checks import CHECKERS
 
 TESTED = {"00_zeros_on_device"}
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from helpers.checks import CHECKERS
+from exercises.checks import CHECKERS
 
 DEVICE = torch.device("cpu")
 TESTED = {"01_move_with_dtype", "01_copy_bandwidth", "01_device_agnostic_noise"}

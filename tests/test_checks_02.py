@@ -6,7 +6,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from helpers.checks import CHECKERS
+from exercises.checks import CHECKERS
 
 TESTED = {"02_read_the_error", "02_batch_on_device", "02_fix_the_train_step"}
 NEW = (

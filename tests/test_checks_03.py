@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from helpers.checks import CHECKERS
+from exercises.checks import CHECKERS
 from helpers.models import CNN
 
 CPU = torch.device("cpu")

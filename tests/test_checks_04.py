@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from helpers.checks import CHECKERS
+from exercises.checks import CHECKERS
 from helpers.transfer import DeviceDataLoader
 
 CPU = torch.device("cpu")

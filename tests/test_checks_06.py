@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from exercises.checks import CHECKERS
 from helpers import parallel
-from helpers.checks import CHECKERS
 from helpers.models import MLP
 
 COVERED = {"06_replica_split", "06_unprefixed_state_dict", "06_unwrap", "06_load_wrapped_checkpoint"}

@@ -7,7 +7,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from helpers.checks import CHECKERS
+from exercises.checks import CHECKERS
 
 COVERED = {"07_rank_indices", "07_steps_per_epoch", "07_shard", "07_global_mean"}
 

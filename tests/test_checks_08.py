@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.checks import CHECKERS
+from exercises.checks import CHECKERS
 
 TESTED = {"08_channels_last", "08_autocast_dtypes", "08_hidden_sync"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers.checks import _SPREADS, CHECKERS
+from exercises.checks import _SPREADS, CHECKERS
 from helpers.speedrun import KEPT, SLOWER, verdict
 
 TESTED = {"09_time_to_target", "09_keep_rule", "09_time_it_right", "09_flip_on_device"}

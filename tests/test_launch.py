@@ -251,17 +251,19 @@ def test_sync_to_a_release_tag_and_back(tmp_path: Path, capsys) -> None:
     root, notebook = _copy_repo(tmp_path)
     doc = root / "README.md"
     doc.write_text("<!-- launch:map -->\nold\n<!-- /launch:map -->\n", encoding="utf-8")
-    _bump(root, "0.2.0")
+    major, minor, _ = helpers.__version__.split(".")
+    new = f"{major}.{int(minor) + 1}.0"  # a release after the current version
+    _bump(root, new)
     args = ["--pyproject", str(root / "pyproject.toml")]
     capsys.readouterr()
     assert launch.main(["check", *args]) == 1 and "differ from the canonical text" in capsys.readouterr().out
 
-    assert launch.main(["sync", "--ref", "v0.2.0", *args]) == 0
-    assert launch.read_ref(root) == "v0.2.0"
+    assert launch.main(["sync", "--ref", f"v{new}", *args]) == 0
+    assert launch.read_ref(root) == f"v{new}"
     nb = nbformat.read(notebook, as_version=4)
-    assert _refs(nb) == ({"v0.2.0"}, {"v0.2.0"})
-    assert 'HELPERS_VERSION = "0.2.0"' in next(c for c in nb.cells if c.cell_type == "code").source
-    assert "/blob/v0.2.0/notebooks/" in doc.read_text() and "/blob/main/" not in doc.read_text()
+    assert _refs(nb) == ({f"v{new}"}, {f"v{new}"})
+    assert f'HELPERS_VERSION = "{new}"' in next(c for c in nb.cells if c.cell_type == "code").source
+    assert f"/blob/v{new}/notebooks/" in doc.read_text() and "/blob/main/" not in doc.read_text()
     capsys.readouterr()
     assert launch.main(["check", *args]) == 0, capsys.readouterr().out
 
@@ -269,7 +271,7 @@ def test_sync_to_a_release_tag_and_back(tmp_path: Path, capsys) -> None:
     assert launch.read_ref(root) == "main"
     nb = nbformat.read(notebook, as_version=4)
     assert _refs(nb) == ({"main"}, {"main"})
-    assert 'HELPERS_VERSION = "0.2.0"' in next(c for c in nb.cells if c.cell_type == "code").source
+    assert f'HELPERS_VERSION = "{new}"' in next(c for c in nb.cells if c.cell_type == "code").source
     capsys.readouterr()
     assert launch.main(["check", *args]) == 0, capsys.readouterr().out
 

@@ -561,17 +561,17 @@ def check_resident_batches(epoch_batches: Callable | None, device: torch.device)
 def check_best_change(best_change: str | None, results: list, task: str = "cnn") -> bool:
     """Lesson 05: the pipeline (a name in ``bench.PIPELINES``) whose one change raised ``task``'s images per second
     most against the row it changes from, in this run's ``results``."""
-    from helpers import bench
+    from helpers import bench, timing
 
     name = f"the change that paid most ({bench.TASK_TITLES[task]})"
     if _unanswered(name, best_change):
         return False
-    ratios = {p: c.ratio for (p, t), c in bench.row_comparisons(results).items() if t == task}
+    ratios = {p: c.speedup for (p, t), c in bench.row_comparisons(results).items() if t == task}
     if best_change not in ratios:
         rows = ", ".join(repr(p) for p in ratios)
         return _verdict(name, False, f"answer with the pipeline name of a row that changes one thing: one of {rows}")
     best = max(ratios, key=ratios.__getitem__)
-    got, top = bench.ratio_text(ratios[best_change]), bench.ratio_text(ratios[best])
+    got, top = timing.ratio_text(ratios[best_change]), timing.ratio_text(ratios[best])
     return _verdict(
         name, best_change == best, f"{best_change!r} gained {got} over its row; another row gained more ({top})"
     )

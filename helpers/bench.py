@@ -7,14 +7,13 @@ Each row changes one thing from an earlier row (the lab's setup first: a DataLoa
 to one image at a time, batch 128, no worker processes), and each is timed three ways: data only (batches arrive on
 the device), training the linear model, and training the CNN. Every figure is the median of repeats after a warm-up,
 synchronising the device before each clock read. The sentences printed under the table are chosen from the run's own
-numbers by the rules below (``compare``, ``diagnose_steps``, ``rate_trend``), which the tests feed with synthetic
-measurements.
+numbers by the course's rules (``timing.compare``, ``timing.batch_scaling``, ``rate_trend``), which the tests feed with
+synthetic measurements.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -32,7 +31,7 @@ from torch.utils.data import DataLoader, Subset, TensorDataset
 from helpers import data, devices, timing
 from helpers.lesson import format_rows
 from helpers.models import build_model
-from helpers.timing import format_seconds, time_on_device
+from helpers.timing import MIN_NOISE, compare, format_seconds, ratio_text, time_on_device
 from helpers.transfer import DeviceDataLoader, DeviceResidentLoader
 
 PIPELINES = ("lab", "workers", "pinned", "wrapper", "indexed", "resident")
@@ -41,14 +40,6 @@ TASKS = ("data", "linear", "cnn")
 TASK_TITLES = {"data": "data only", "linear": "linear model", "cnn": "CNN"}
 GOALS = {"data": 100.0, "linear": 10.0, "cnn": 2.0}
 """Speed-ups over the lab's setup the last row (data kept on the device) should reach, per task."""
-
-MIN_NOISE = 0.05
-"""Two timings whose medians differ by less than this fraction are never called different, whatever their spread."""
-FLAT, PROPORTIONAL = 0.3, 0.7
-"""Step time ~ batch**k: k at most FLAT reads as flat (fixed costs per step), k at least PROPORTIONAL as arithmetic."""
-LAUNCH_BOUND, BUSY = 0.5, 0.8
-"""Fractions of a step the device was busy: below LAUNCH_BOUND it mostly waited for the CPU; from BUSY up, it was
-the arithmetic that set the pace."""
 
 _PARENT = {"workers": "lab", "pinned": "workers", "wrapper": "lab", "indexed": "wrapper", "resident": "indexed"}
 
@@ -149,130 +140,7 @@ class Measurement:
         return [t / self.images for t in self.times]
 
 
-# --- judging measurements ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """How a timed thing compares with a reference: ``ratio`` is the reference's median time over its own."""
-
-    ratio: float
-    clear: bool
-    spread: float
-    """The larger relative spread (slowest - fastest) / median of the two sets of repeats."""
-    overlap: bool = False
-    """Whether the two ranges of repeats (fastest to slowest) overlap."""
-    min_noise: float = MIN_NOISE
-
-    @property
-    def why_unclear(self) -> str:
-        """Why a difference is not called: inside the spread, or too small to call at all."""
-        if self.overlap:
-            return f"inside the {self.spread:.0%} spread of the repeats"
-        return f"less than the {self.min_noise:.0%} below which no difference is called"
-
-    @property
-    def verdict(self) -> str:
-        """One of "faster", "slower" or "no clear difference"."""
-        if not self.clear:
-            return "no clear difference"
-        return "faster" if self.ratio > 1 else "slower"
-
-
-def compare(times: Sequence[float], reference: Sequence[float], min_noise: float = MIN_NOISE) -> Comparison:
-    """Compare repeats ``times`` with ``reference`` (seconds for the same amount of work).
-
-    The difference is clear only when the two ranges of repeats (fastest to slowest) do not overlap, so that it is
-    larger than the spread of the measurements, and the medians differ by more than ``min_noise``.
-    """
-    for label, values in (("times", times), ("reference", reference)):
-        if len(values) == 0 or any(not t > 0 for t in values):
-            raise ValueError(f"{label} must be one or more positive seconds, got {list(values)}.")
-    mine, ref = statistics.median(times), statistics.median(reference)
-    ratio = ref / mine
-    overlap = timing.ranges_verdict(reference, times) == timing.NO_CLEAR_DIFFERENCE
-    spread = max((max(v) - min(v)) / statistics.median(v) for v in (times, reference))
-    clear = not overlap and abs(math.log(ratio)) > math.log1p(min_noise)
-    return Comparison(ratio, clear, spread, overlap, min_noise)
-
-
-def ratio_text(ratio: float) -> str:
-    """How tables and sentences print a ratio, so that the two always agree: 0.83x, 12.50x, 300.6x."""
-    return f"{ratio:.2f}x" if ratio < 100 else f"{ratio:.1f}x"
-
-
-def _verdict_text(c: Comparison) -> str:
-    if c.clear:
-        return c.verdict
-    return f"no clear difference ({c.why_unclear})"
-
-
-def diagnose_steps(
-    steps: dict[int, Sequence[float]], busy: dict[int, float] | None = None, label: str = ""
-) -> tuple[str, list[str]]:
-    """What bounds a training step, from its seconds per step (repeats) at two or more batch sizes.
-
-    Step time that stays flat as the batch grows means fixed costs per step (Python, launching each kernel, the
-    optimizer) set the pace: "overhead-bound". Step time that grows in proportion to the batch means the arithmetic
-    does: "compute-bound". ``busy[batch]``, seconds per step the device was busy (a GPU profiler's figure), adds a
-    second test: a device busy for less than half of the step spent the rest waiting for the CPU. A growth inside the
-    spread of the repeats counts as flat, one whose repeats overlap the proportional growth as proportional; where
-    both hold, the kind is "unclear". Returns the kind and the sentences; ``label`` (a device name) starts each one.
-    """
-    if len(steps) < 2:
-        raise ValueError(f"Need step times at two or more batch sizes, got {sorted(steps)}.")
-    small, large = min(steps), max(steps)
-    t_small, t_large = statistics.median(steps[small]), statistics.median(steps[large])
-    growth, size = t_large / t_small, large / small
-    c = compare(steps[small], steps[large])  # clear: the step time did change with the batch
-    away = compare([t * size for t in steps[small]], steps[large])  # clear: it did not grow in proportion
-    exponent = math.log(growth) / math.log(size) if c.clear else 0.0
-    head = f"{label}: " if label else ""
-    seen = (
-        f"{format_seconds(t_small)} a step at batch {small}, {format_seconds(t_large)} at batch {large}, "
-        f"{ratio_text(growth)} the time for {size:g}x the images"
-    )
-    seen += "" if c.clear else f" ({c.why_unclear})"
-    if not c.clear and not away.clear:
-        kind = "unclear"
-        what = (
-            f"the repeats spread too widely to tell a flat step time from one in proportion to the batch: {seen}. "
-            "Time more images per run, on a quieter machine, before drawing a conclusion"
-        )
-    elif not c.clear or (away.clear and exponent <= FLAT):
-        kind = "overhead-bound"
-        shape = "did not grow with the batch" if growth < 1 else "stayed nearly flat"
-        what = (
-            f"step time {shape}: {seen}. Fixed costs per step (Python, dispatching or launching each operation, the "
-            "optimizer) set the pace, not arithmetic, so a larger batch trains more images per second almost for free"
-        )
-    elif not away.clear or exponent >= PROPORTIONAL:
-        kind = "compute-bound"
-        what = (
-            f"step time grew about in proportion to the batch: {seen}. The arithmetic sets the pace, so a larger "
-            "batch brings few extra images per second"
-        )
-    else:
-        kind = "in between"
-        what = (
-            f"step time grew, but less than the batch did: {seen}. Part of each step is a fixed cost and part is "
-            "arithmetic that grows with the batch, so a larger batch raises images per second, less than in proportion"
-        )
-    lines = [f"{head}{what}."]
-    for batch, seconds in sorted((busy or {}).items()):
-        wall = statistics.median(steps[batch])
-        share = seconds / wall
-        if share < LAUNCH_BOUND:
-            how = "the rest of the time it waited for the CPU to launch work: launch-bound at this batch size"
-        elif share >= BUSY:
-            how = "its own arithmetic fills the step"
-        else:
-            how = "for a good part of the step it waited for the CPU"
-        lines.append(
-            f"{head}at batch {batch} the device was busy {format_seconds(seconds)} of the {format_seconds(wall)} "
-            f"step ({share:.0%}); {how}."
-        )
-    return kind, lines
+# --- judging measurements (by the rules in helpers.timing) -----------------------------------------------------
 
 
 def rate_trend(per_image: dict[int, Sequence[float]], label: str = "") -> str:
@@ -286,8 +154,8 @@ def rate_trend(per_image: dict[int, Sequence[float]], label: str = "") -> str:
     sizes = sorted(per_image)
     steps = []
     for a, b in zip(sizes[:-1], sizes[1:], strict=True):
-        c = compare(per_image[b], per_image[a])  # ratio > 1: batch b trained more images per second
-        steps.append((c.verdict, a, b))
+        c = compare(per_image[a], per_image[b], MIN_NOISE)  # faster: batch b trained more images per second
+        steps.append((c.direction, a, b))
     runs: list[list[Any]] = []
     for verdict, a, b in steps:
         if runs and runs[-1][0] == verdict:
@@ -313,14 +181,14 @@ def rate_trend(per_image: dict[int, Sequence[float]], label: str = "") -> str:
 
 def agreement(label: str, times: Sequence[float], other: str, other_times: Sequence[float]) -> str:
     """A sentence saying whether two measurements of the same thing (seconds, repeats) agree within their spread."""
-    c = compare(times, other_times)
+    c = compare(other_times, times, MIN_NOISE)
     mine, theirs = statistics.median(times), statistics.median(other_times)
     seen = f"{label} ({format_seconds(mine)}) and {other} ({format_seconds(theirs)})"
     if not c.clear:
         return f"{seen} agree within the spread of their repeats."
     return (
-        f"{seen} differ by {ratio_text(max(c.ratio, 1 / c.ratio))}, more than the spread of their repeats: they ran "
-        "at different moments, so treat both with care and rerun the two cells to compare them."
+        f"{seen} differ by {ratio_text(max(c.speedup, 1 / c.speedup))}, more than the spread of their repeats: they "
+        "ran at different moments, so treat both with care and rerun the two cells to compare them."
     )
 
 
@@ -394,18 +262,6 @@ class _Runner:
         self.images, self.batches = images, count
 
 
-def busy_seconds(events: Iterable[Any]) -> float:
-    """Seconds the device was busy, from a profiler's events: the sum of its kernels' and copies' own time."""
-    from torch.autograd import DeviceType
-
-    device_types = {DeviceType.CUDA, DeviceType.XPU, DeviceType.PrivateUse1}
-    return 1e-6 * sum(
-        e.self_device_time_total
-        for e in events
-        if e.device_type in device_types and not getattr(e, "is_user_annotation", False)
-    )
-
-
 def device_busy(fn: Callable[[], None], device: torch.device) -> float | None:
     """Seconds a CUDA device was busy during one call of ``fn``, from torch.profiler; None on other devices.
 
@@ -421,7 +277,7 @@ def device_busy(fn: Callable[[], None], device: torch.device) -> float | None:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             fn()
             devices.synchronize(device)
-    return busy_seconds(prof.events())
+    return timing.profile_summary(prof.key_averages(), device_timeline=True).device_s
 
 
 def measure(
@@ -497,7 +353,7 @@ def present_rows(results: list[Measurement]) -> list[str]:
     return [p for p in PIPELINES if any(m.pipeline == p for m in results)]
 
 
-def row_comparisons(results: list[Measurement]) -> dict[tuple[str, str], Comparison]:
+def row_comparisons(results: list[Measurement]) -> dict[tuple[str, str], timing.Comparison]:
     """Each (row, task) against the same task in the row it changes one thing from: what table and sentences use."""
     by = {(m.pipeline, m.task): m for m in results}
     present = present_rows(results)
@@ -505,7 +361,7 @@ def row_comparisons(results: list[Measurement]) -> dict[tuple[str, str], Compari
     for (p, t), m in by.items():
         parent = parent_of(p, present)
         if parent is not None and (parent, t) in by:
-            out[(p, t)] = compare(m.per_image(), by[(parent, t)].per_image())
+            out[(p, t)] = compare(by[(parent, t)].per_image(), m.per_image(), MIN_NOISE)
     return out
 
 
@@ -532,12 +388,16 @@ def format_table(results: list[Measurement], epoch_images: int | None = None, wo
         cells = [pipeline_title(p, present, workers)]
         for t in tasks:
             m = by[(p, t)]
-            ratio = ratio_text(versus[(p, t)].ratio) if (p, t) in versus else "-"
+            ratio = ratio_text(versus[(p, t)].speedup) if (p, t) in versus else "-"
             cells.append(f"{m.images_per_second:,.0f} ({m.spread:.0%}) {ratio:>6}")
         if epoch_images:
             cells.append(f"{epoch_images / by[(p, tasks[-1])].images_per_second:.1f} s")
         rows.append(cells)
     return format_rows([head, *rows], right=range(1, len(head)))
+
+
+def _verdict_text(c: timing.Comparison) -> str:
+    return c.direction if c.clear else f"no clear difference ({c.why_unclear})"
 
 
 def findings(results: list[Measurement], workers: int = 2) -> list[str]:
@@ -556,7 +416,7 @@ def findings(results: list[Measurement], workers: int = 2) -> list[str]:
         if parent is None:
             continue
         parts = [
-            f"{TASK_TITLES[t]} {ratio_text(versus[(p, t)].ratio)}, {_verdict_text(versus[(p, t)])}"
+            f"{TASK_TITLES[t]} {ratio_text(versus[(p, t)].speedup)}, {_verdict_text(versus[(p, t)])}"
             for t in tasks
             if (p, t) in versus
         ]
@@ -636,8 +496,10 @@ def grid_findings(grid: dict[str, dict[int, Measurement]]) -> list[str]:
         if len(per_size) < 2:
             continue
         lines.append(rate_trend({bs: m.per_image() for bs, m in per_size.items()}, dev))
-        busy = {bs: m.busy for bs, m in per_size.items() if m.busy is not None}
-        lines += diagnose_steps({bs: m.per_batch() for bs, m in per_size.items()}, busy, dev)[1]
+        lines.append(str(timing.batch_scaling({bs: m.per_batch() for bs, m in per_size.items()}, dev)))
+        for bs, m in sorted(per_size.items()):
+            if m.busy is not None:  # the profiler's busy time: did the device wait for the CPU?
+                lines.append(f"{dev}: at batch {bs}, {timing.launch_diagnosis(m.step_seconds, m.busy).sentence}")
     if "cpu" in grid and len(grid) > 1:
         for dev, per_size in grid.items():
             if dev == "cpu":
@@ -645,8 +507,8 @@ def grid_findings(grid: dict[str, dict[int, Measurement]]) -> list[str]:
             shared = sorted(set(per_size) & set(grid["cpu"]))
             parts = []
             for b in shared:
-                c = compare(per_size[b].per_image(), grid["cpu"][b].per_image())
-                parts.append(f"{ratio_text(c.ratio)} at batch {b}" + ("" if c.clear else " (no clear difference)"))
+                c = compare(grid["cpu"][b].per_image(), per_size[b].per_image(), MIN_NOISE)
+                parts.append(f"{ratio_text(c.speedup)} at batch {b}" + ("" if c.clear else " (no clear difference)"))
             lines.append(f"{dev} against the CPU, images per second: {', '.join(parts)}.")
     return lines
 

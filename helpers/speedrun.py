@@ -32,7 +32,7 @@ from torch import nn
 
 from helpers import devices
 from helpers.lesson import as_fraction, format_rows
-from helpers.timing import KEPT, NO_CLEAR_DIFFERENCE, SLOWER, Timing, compare, format_seconds
+from helpers.timing import KEPT, NO_CLEAR_DIFFERENCE, SLOWER, compare, format_seconds
 
 TARGET, QUICK_TARGET = 0.88, 0.60
 """The default targets: Fashion-MNIST test accuracy for a full run, and for quick mode's small subset and models."""
@@ -134,11 +134,7 @@ def verdict(before: Sequence[float], after: Sequence[float]) -> str:
         return NOT_REACHED
     if any(math.isinf(t) for t in before):
         return KEPT  # the candidate reached the target every time, the rung before did not
-    return compare(_as_timing(before), _as_timing(after)).verdict
-
-
-def _as_timing(times: Sequence[float]) -> Timing:
-    return Timing(median=statistics.median(times), times=list(times))
+    return compare(before, after).verdict
 
 
 def mean_and_range(values: Sequence[float]) -> str:

@@ -1,8 +1,8 @@
 """Timing code on a device honestly: synchronise before reading the clock, warm up, take the median of repeats.
 
-Also the rules lesson 08 uses to read its measurements: whether a change is faster beyond the noise (``compare``),
-whether a step is bound by launches or by arithmetic (``launch_diagnosis``, ``batch_scaling``), and a profiler
-summary that reads the same on a CPU and on a GPU (``profile_summary``).
+Also the one set of rules by which lessons 05, 08 and 09 read their measurements: whether a change is faster beyond
+the noise (``compare``), whether a step is bound by launches or by arithmetic (``launch_diagnosis``,
+``batch_scaling``), and a profiler summary that reads the same on a CPU and on a GPU (``profile_summary``).
 """
 
 from __future__ import annotations
@@ -186,16 +186,39 @@ def benchmark(
 # Reading measurements: rules that turn a run's numbers into the sentences lesson 08 prints.
 
 KEPT, SLOWER, NO_CLEAR_DIFFERENCE = "kept", "not kept: slower", "no clear difference"
+FASTER = "faster"
+MIN_NOISE = 0.05
+"""The benchmarks' floor: medians less than this fraction apart are never called different, whatever their spread."""
+
+
+def ranges_verdict(before: Sequence[float], after: Sequence[float]) -> str:
+    """The one rule by which the course calls a speed difference, from the repeats of two measurements (seconds).
+
+    "faster": every repeat of ``after`` beat every repeat of ``before``; "slower": every repeat of ``after`` was
+    slower than every repeat of ``before``; otherwise the ranges overlap, noise alone could explain the difference,
+    and it is "no clear difference", whatever the medians say.
+    """
+    if max(after) < min(before):
+        return FASTER
+    if min(after) > max(before):
+        return "slower"
+    return NO_CLEAR_DIFFERENCE
+
+
+def ratio_text(ratio: float) -> str:
+    """How tables and sentences print a ratio, so that the two always agree: 0.83x, 12.50x, 300.6x."""
+    return f"{ratio:.2f}x" if ratio < 100 else f"{ratio:.1f}x"
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """A change measured against the step before it, on per-unit times (seconds per image, say)."""
+    """``after`` measured against ``before`` (repeats of seconds for the same work): the verdict and its figures."""
 
     before: Timing
     after: Timing
     verdict: str
     """``KEPT``, ``SLOWER`` or ``NO_CLEAR_DIFFERENCE``."""
+    min_noise: float = 0.0
 
     @property
     def speedup(self) -> float:
@@ -206,63 +229,71 @@ class Comparison:
     def kept(self) -> bool:
         return self.verdict == KEPT
 
+    @property
+    def clear(self) -> bool:
+        return self.verdict != NO_CLEAR_DIFFERENCE
+
+    @property
+    def spread(self) -> float:
+        """The larger spread, (slowest - fastest) / median, of the two sets of repeats."""
+        return max(self.before.spread, self.after.spread)
+
+    @property
+    def why_unclear(self) -> str:
+        """Why no difference is called: inside the spread, or smaller than ``min_noise``."""
+        if ranges_verdict(self.before.times, self.after.times) == NO_CLEAR_DIFFERENCE:
+            return f"inside the {self.spread:.0%} spread of the repeats"
+        return f"less than the {self.min_noise:.0%} below which no difference is called"
+
+    @property
+    def direction(self) -> str:
+        """"faster", "slower" or "no clear difference": the verdict as the benchmarks' sentences say it."""
+        return NO_CLEAR_DIFFERENCE if not self.clear else FASTER if self.kept else "slower"
+
     def __str__(self) -> str:
         return f"{self.speedup:.2f}x (spreads {self.before.spread:.0%} and {self.after.spread:.0%}): {self.verdict}"
 
 
-FASTER = "faster"
+def as_timing(times: Timing | Sequence[float]) -> Timing:
+    """``times`` as a Timing: repeats of seconds, one or more, each positive."""
+    if isinstance(times, Timing):
+        return times
+    if len(times) == 0 or any(not t > 0 for t in times):
+        raise ValueError(f"Timings must be one or more positive seconds, got {list(times)}.")
+    return Timing(statistics.median(times), list(times))
 
 
-def ranges_verdict(before: Sequence[float], after: Sequence[float]) -> str:
-    """The one rule by which the course calls a speed difference, from the repeats of two measurements (seconds).
+def compare(
+    before: Timing | Sequence[float], after: Timing | Sequence[float], min_noise: float = 0.0
+) -> Comparison:
+    """Keep a change only when its effect is outside the spread of both measurements (``ranges_verdict``).
 
-    "faster": every repeat of ``after`` beat every repeat of ``before``; "slower": every repeat of ``after`` was
-    slower than every repeat of ``before``; otherwise the fastest-to-slowest ranges overlap, noise alone could explain
-    the difference, and it is "no clear difference", whatever the medians say.
+    With ``min_noise`` (the benchmarks use ``MIN_NOISE``), medians closer than that fraction are no clear difference
+    either. ``before`` and ``after`` are Timings or repeats of seconds for the same amount of work.
     """
-    if max(after) < min(before):
-        return FASTER
-    if min(after) > max(before):
-        return "slower"
-    return NO_CLEAR_DIFFERENCE
-
-
-def _ratio_text(ratio: float) -> str:
-    return f"{ratio:.1f}" if ratio < 10 else f"{ratio:,.0f}"
+    before, after = as_timing(before), as_timing(after)
+    verdict = {FASTER: KEPT, "slower": SLOWER}.get(ranges_verdict(before.times, after.times), NO_CLEAR_DIFFERENCE)
+    if abs(math.log(before.median / after.median)) <= math.log1p(min_noise):
+        verdict = NO_CLEAR_DIFFERENCE
+    return Comparison(before, after, verdict, min_noise)
 
 
 def speed_comparison(name: str, times: Sequence[float], other: str, other_times: Sequence[float]) -> str:
-    """One sentence comparing two timed ways of doing the same job, decided by ``ranges_verdict`` from their repeats.
-
-    Inside the spread the sentence says there is no clear difference; otherwise it gives the ratio of the medians,
-    "N x faster" or "N x slower".
-    """
+    """One sentence comparing two timed ways of doing the same job, decided by ``compare`` from their repeats."""
     for label, values in ((name, times), (other, other_times)):
         if len(values) == 0:
             raise ValueError(f"No timings for {label!r}: time it at least once before comparing.")
         if any(not t > 0 for t in values):
             raise ValueError(f"Timings for {label!r} must be positive seconds, got {list(values)}.")
-    median, other_median = statistics.median(times), statistics.median(other_times)
-    verdict = ranges_verdict(other_times, times)
-    if verdict == NO_CLEAR_DIFFERENCE:
+    c = compare(other_times, times)
+    if not c.clear:
         return (
             f"no clear difference between {name} and {other}: their repeats overlap "
-            f"(medians {other_median / median:.2f}x apart, inside the spread)"
+            f"(medians {c.speedup:.2f}x apart, inside the spread)"
         )
-    if verdict == FASTER:
-        return f"{name} was {_ratio_text(other_median / median)}x faster than {other}"
-    return f"{name} was {_ratio_text(median / other_median)}x slower than {other}"
-
-
-def compare(before: Timing, after: Timing) -> Comparison:
-    """Keep a change only when its effect is outside the spread of both measurements.
-
-    Kept: every repeat of ``after`` was faster than every repeat of ``before``. Slower: every repeat of ``after``
-    was slower than every repeat of ``before``. Otherwise the two ranges overlap, and noise alone could have
-    produced the difference: no clear difference, whatever the medians say.
-    """
-    verdict = {FASTER: KEPT, "slower": SLOWER}.get(ranges_verdict(before.times, after.times), NO_CLEAR_DIFFERENCE)
-    return Comparison(before, after, verdict)
+    if c.kept:
+        return f"{name} was {ratio_text(c.speedup)} faster than {other}"
+    return f"{name} was {ratio_text(1 / c.speedup)} slower than {other}"
 
 
 @dataclass(frozen=True)
@@ -287,12 +318,12 @@ LAUNCH_BOUND, DEVICE_BOUND, PARTLY_LAUNCH_BOUND, NO_DEVICE_TIMELINE = (
 def launch_diagnosis(
     cpu_side_s: float, device_s: float | None, launch_ratio: float = 2.0, busy_fraction: float = 0.8
 ) -> Diagnosis:
-    """Read the profiler's CPU-side time against the device's busy time for the same steps.
+    """Read the CPU-side time of steps against the device's busy time for the same steps.
 
-    ``device_s`` None means the profiler recorded no device timeline (a CPU run: the CPU does the arithmetic itself).
-    The CPU side taking ``launch_ratio`` times the device time or more means the device waits for Python and kernel
-    launches: launch-bound. The device busy for at least ``busy_fraction`` of the CPU-side time means the arithmetic
-    is the limit: device-bound. In between, partly launch-bound.
+    ``device_s`` None: no device timeline (a CPU run, where the CPU does the arithmetic itself). The CPU side taking
+    ``launch_ratio`` times the device time or more means the device waits for Python and kernel launches:
+    launch-bound. The device busy for at least ``busy_fraction`` of it means the arithmetic is the limit:
+    device-bound. In between, partly launch-bound.
     """
     if cpu_side_s <= 0:
         raise ValueError(f"cpu_side_s must be positive, got {cpu_side_s}.")
@@ -328,42 +359,55 @@ def launch_diagnosis(
     )
 
 
-FLAT, PROPORTIONAL, IN_BETWEEN = "flat: overhead-bound", "proportional: compute-bound", "in between"
+OVERHEAD_BOUND, COMPUTE_BOUND, IN_BETWEEN, UNCLEAR = "overhead-bound", "compute-bound", "in between", "unclear"
+FLAT, PROPORTIONAL = 0.3, 0.7
+"""Step time ~ batch**k: k at most FLAT reads as flat (fixed costs per step), k at least PROPORTIONAL as arithmetic."""
 
 
-def batch_scaling(timings: dict[int, Timing], flat_below: float = 0.3, proportional_above: float = 0.7) -> Diagnosis:
-    """Step time against batch size: flat means a fixed cost per step dominates, proportional means arithmetic does.
+def batch_scaling(steps: dict[int, Timing | Sequence[float]], label: str = "") -> Diagnosis:
+    """What bounds a training step, from its seconds per step (repeats) at two or more batch sizes.
 
-    ``timings`` maps batch sizes to step times. The exponent ``s`` in time ~ batch**s between the smallest and the
-    largest batch decides: below ``flat_below`` flat, above ``proportional_above`` proportional, else in between.
-    Where the largest batch's repeats overlap the smallest batch's, the step time did not measurably grow: flat.
+    Step time that stays flat as the batch grows means fixed costs per step (Python, launching each kernel, the
+    optimizer) set the pace: overhead-bound. Step time that grows in proportion to the batch means the arithmetic
+    does: compute-bound. Between the smallest and the largest batch, a growth inside the spread of the repeats
+    (``compare``) counts as flat, one whose repeats overlap the proportional growth as proportional; where both hold,
+    the kind is unclear. ``label`` (a device name) starts the sentence.
     """
-    if len(timings) < 2:
-        raise ValueError(f"need step times at two batch sizes or more, got {len(timings)}.")
-    small, large = min(timings), max(timings)
-    t_small, t_large = timings[small], timings[large]
-    exponent = math.log(t_large.median / t_small.median) / math.log(large / small)
-    growth = (
-        f"{large // small}x the batch ({small} -> {large}) took {t_large.median / t_small.median:.1f}x the "
-        f"step time ({format_seconds(t_small.median)} -> {format_seconds(t_large.median)})"
+    if len(steps) < 2:
+        raise ValueError(f"Need step times at two or more batch sizes, got {sorted(steps)}.")
+    small, large = min(steps), max(steps)
+    t_small, t_large = as_timing(steps[small]), as_timing(steps[large])
+    growth, size = t_large.median / t_small.median, large / small
+    c = compare(t_large, t_small, MIN_NOISE)  # clear: the step time did change with the batch
+    away = compare(t_large, [t * size for t in t_small.times], MIN_NOISE)  # clear: it did not grow in proportion
+    exponent = math.log(growth) / math.log(size) if c.clear else 0.0
+    seen = (
+        f"{format_seconds(t_small.median)} a step at batch {small}, {format_seconds(t_large.median)} at batch "
+        f"{large}, {ratio_text(growth)} the time for {size:g}x the images"
     )
-    if exponent < flat_below or t_large.fastest <= t_small.slowest:
-        return Diagnosis(
-            FLAT,
-            f"{growth}: the step time is flat, so a fixed cost per step (Python, kernel "
-            "launches, the optimizer's loop) dominates and larger batches are nearly free.",
+    seen += "" if c.clear else f" ({c.why_unclear})"
+    if not c.clear and not away.clear:
+        kind, what = UNCLEAR, (
+            f"the repeats spread too widely to tell a flat step time from one in proportion to the batch: {seen}. "
+            "Time more images per run, on a quieter machine, before drawing a conclusion"
         )
-    if exponent > proportional_above:
-        return Diagnosis(
-            PROPORTIONAL,
-            f"{growth}: the step time grows in proportion, so the arithmetic dominates; "
-            "a larger batch will not raise the throughput much, cheaper arithmetic may.",
+    elif not c.clear or (away.clear and exponent <= FLAT):
+        shape = "did not grow with the batch" if growth < 1 else "stayed nearly flat"
+        kind, what = OVERHEAD_BOUND, (
+            f"step time {shape}: {seen}. Fixed costs per step (Python, dispatching or launching each operation, the "
+            "optimizer) set the pace, not arithmetic, so a larger batch trains more images per second almost for free"
         )
-    return Diagnosis(
-        IN_BETWEEN,
-        f"{growth}: between flat and proportional, so a fixed cost per step still "
-        "matters; larger batches help, with diminishing returns.",
-    )
+    elif not away.clear or exponent >= PROPORTIONAL:
+        kind, what = COMPUTE_BOUND, (
+            f"step time grew about in proportion to the batch: {seen}. The arithmetic sets the pace, so a larger "
+            "batch brings few extra images per second"
+        )
+    else:
+        kind, what = IN_BETWEEN, (
+            f"step time grew, but less than the batch did: {seen}. Part of each step is a fixed cost and part is "
+            "arithmetic that grows with the batch, so a larger batch raises images per second, less than in proportion"
+        )
+    return Diagnosis(kind, f"{label}: {what}." if label else f"{what[0].upper()}{what[1:]}.")
 
 
 @dataclass(frozen=True)

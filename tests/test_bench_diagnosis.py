@@ -1,4 +1,5 @@
-"""The rules behind lesson 05's generated sentences, fed with synthetic measurements of each kind.
+"""The rules behind lesson 05's generated sentences (helpers.timing's, shared with lesson 08), fed with synthetic
+measurements of each kind.
 
 Launch-bound (step time flat in the batch size, the device idle most of the step), compute-bound (step time in
 proportion to the batch), and within noise (repeats that overlap): each must give its own sentence.
@@ -6,13 +7,11 @@ proportion to the batch), and within noise (repeats that overlap): each must giv
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
-from torch.autograd import DeviceType
 
-from helpers import bench
+from helpers import bench, timing
+from helpers.timing import MIN_NOISE
 
 
 def around(seconds: float, spread: float = 0.02) -> list[float]:
@@ -20,108 +19,121 @@ def around(seconds: float, spread: float = 0.02) -> list[float]:
     return [seconds * (1 - spread / 2), seconds, seconds * (1 + spread / 2)]
 
 
-# --- compare: a difference is called only outside the spread ----------------------------------------------------
+# --- compare with the benchmarks' noise floor: a difference is called only outside the spread --------------------
 
 
 def test_compare_calls_a_clear_speed_up_and_slow_down():
-    faster = bench.compare(around(1.0), around(2.0))
-    assert faster.clear and faster.verdict == "faster" and faster.ratio == pytest.approx(2.0)
-    slower = bench.compare(around(2.0), around(1.0))
-    assert slower.clear and slower.verdict == "slower" and slower.ratio == pytest.approx(0.5)
+    faster = timing.compare(around(2.0), around(1.0), MIN_NOISE)
+    assert faster.clear and faster.direction == "faster" and faster.speedup == pytest.approx(2.0)
+    slower = timing.compare(around(1.0), around(2.0), MIN_NOISE)
+    assert slower.clear and slower.direction == "slower" and slower.speedup == pytest.approx(0.5)
 
 
 def test_compare_within_the_spread_is_no_clear_difference():
     # medians 1.0 and 0.8 (1.25x apart), but the repeats overlap: noise alone could give that
-    c = bench.compare([0.6, 0.8, 1.3], [0.7, 1.0, 1.4])
-    assert not c.clear and c.verdict == "no clear difference"
-    assert c.ratio == pytest.approx(1.25) and c.spread == pytest.approx(0.875)
+    c = timing.compare([0.7, 1.0, 1.4], [0.6, 0.8, 1.3], MIN_NOISE)
+    assert not c.clear and c.direction == "no clear difference"
+    assert c.speedup == pytest.approx(1.25) and c.spread == pytest.approx(0.875)
+    assert c.why_unclear == "inside the 88% spread of the repeats"
 
 
 def test_compare_ignores_a_tiny_difference_even_without_overlap():
-    tiny = bench.compare([1.00, 1.001], [1.02, 1.021])  # 2% apart: below MIN_NOISE
+    tiny = timing.compare([1.02, 1.021], [1.00, 1.001], MIN_NOISE)  # 2% apart: below MIN_NOISE
     assert not tiny.clear and tiny.why_unclear == "less than the 5% below which no difference is called"
-    assert bench.compare([1.00, 1.001], [1.02, 1.021], min_noise=0.01).clear
+    assert timing.compare([1.02, 1.021], [1.00, 1.001], min_noise=0.01).clear
+    assert timing.compare([1.02, 1.021], [1.00, 1.001]).kept  # lesson 08's rule: ranges alone
 
 
 @pytest.mark.parametrize("times", [[], [0.0, 1.0], [-1.0]])
 def test_compare_refuses_empty_or_non_positive_timings(times):
     with pytest.raises(ValueError, match="positive seconds"):
-        bench.compare(times, [1.0])
+        timing.compare([1.0], times)
 
 
-# --- diagnose_steps: what bounds a training step ---------------------------------------------------------------
+# --- batch_scaling: what bounds a training step ----------------------------------------------------------------
 
 
 def test_flat_step_time_is_overhead_bound():
     # the course CNN on a large GPU: ~2.5 ms a step whatever the batch
     steps = {32: around(2.5e-3), 256: around(2.45e-3), 2048: around(2.6e-3)}
-    kind, lines = bench.diagnose_steps(steps, label="cuda")
-    assert kind == "overhead-bound"
-    assert lines == [
+    d = timing.batch_scaling(steps, label="cuda")
+    assert d.kind == timing.OVERHEAD_BOUND
+    assert d.sentence == (
         "cuda: step time stayed nearly flat: 2.5 ms a step at batch 32, 2.6 ms at batch 2048, 1.04x the time for 64x "
         "the images (less than the 5% below which no difference is called). Fixed costs per step (Python, dispatching "
         "or launching each operation, the optimizer) set the pace, not arithmetic, so a larger batch trains more "
         "images per second almost for free."
-    ]
+    )
 
 
 def test_proportional_step_time_is_compute_bound():
-    kind, lines = bench.diagnose_steps({32: around(10e-3), 256: around(78e-3)}, label="cpu")
-    assert kind == "compute-bound"
-    assert lines[0].startswith("cpu: step time grew about in proportion to the batch: 10.0 ms a step at batch 32")
-    assert "7.80x the time for 8x the images. The arithmetic sets the pace" in lines[0]
+    d = timing.batch_scaling({32: around(10e-3), 256: around(78e-3)}, label="cpu")
+    assert d.kind == timing.COMPUTE_BOUND
+    assert d.sentence.startswith("cpu: step time grew about in proportion to the batch: 10.0 ms a step at batch 32")
+    assert "7.80x the time for 8x the images. The arithmetic sets the pace" in d.sentence
 
 
 def test_step_time_between_flat_and_proportional_says_so():
-    kind, lines = bench.diagnose_steps({32: around(10e-3), 256: around(35e-3)})
-    assert kind == "in between"
-    assert lines[0].startswith("step time grew, but less than the batch did: ")
-    assert "part is arithmetic that grows with the batch" in lines[0]
+    d = timing.batch_scaling({32: around(10e-3), 256: around(35e-3)})
+    assert d.kind == timing.IN_BETWEEN
+    assert d.sentence.startswith("Step time grew, but less than the batch did: ")
+    assert "part is arithmetic that grows with the batch" in d.sentence
 
 
 def test_step_time_growth_inside_the_noise_counts_as_flat():
     # medians 10 ms and 20 ms (2x for 8x the batch would read "in between"), but the repeats overlap
-    kind, lines = bench.diagnose_steps({32: [5e-3, 10e-3, 25e-3], 256: [8e-3, 20e-3, 30e-3]})
-    assert kind == "overhead-bound"
-    assert "2.00x the time for 8x the images (inside the 200% spread of the repeats)" in lines[0]
+    d = timing.batch_scaling({32: [5e-3, 10e-3, 25e-3], 256: [8e-3, 20e-3, 30e-3]})
+    assert d.kind == timing.OVERHEAD_BOUND
+    assert "2.00x the time for 8x the images (inside the 200% spread of the repeats)" in d.sentence
 
 
 def test_step_time_too_noisy_to_tell_says_so():
     # 10 ms and 40 ms for 8x the batch, but the repeats overlap both "flat" and "in proportion"
-    kind, lines = bench.diagnose_steps({32: [5e-3, 10e-3, 25e-3], 256: [20e-3, 40e-3, 90e-3]})
-    assert kind == "unclear"
-    assert lines[0].startswith("the repeats spread too widely to tell a flat step time from one in proportion")
-    assert "fixed cost" not in lines[0] and "arithmetic" not in lines[0]
+    d = timing.batch_scaling({32: [5e-3, 10e-3, 25e-3], 256: [20e-3, 40e-3, 90e-3]})
+    assert d.kind == timing.UNCLEAR
+    assert d.sentence.startswith("The repeats spread too widely to tell a flat step time from one in proportion")
+    assert "fixed cost" not in d.sentence and "arithmetic" not in d.sentence
 
 
 def test_step_time_growth_inside_the_noise_of_proportional_is_compute_bound():
-    kind, _ = bench.diagnose_steps({32: [9e-3, 10e-3, 11e-3], 256: [50e-3, 60e-3, 90e-3]})  # 6x: exponent 0.86
-    assert kind == "compute-bound"
-    kind, _ = bench.diagnose_steps({32: [9e-3, 10e-3, 11e-3], 256: [30e-3, 45e-3, 75e-3]})  # 4.5x, overlaps 8x
-    assert kind == "compute-bound"
+    d = timing.batch_scaling({32: [9e-3, 10e-3, 11e-3], 256: [50e-3, 60e-3, 90e-3]})  # 6x: exponent 0.86
+    assert d.kind == timing.COMPUTE_BOUND
+    d = timing.batch_scaling({32: [9e-3, 10e-3, 11e-3], 256: [30e-3, 45e-3, 75e-3]})  # 4.5x, overlaps 8x
+    assert d.kind == timing.COMPUTE_BOUND
 
 
 def test_step_time_that_shrinks_is_not_called_flat():
-    kind, lines = bench.diagnose_steps({32: around(10e-3), 256: around(5e-3)})
-    assert kind == "overhead-bound" and "did not grow with the batch" in lines[0]
+    d = timing.batch_scaling({32: around(10e-3), 256: around(5e-3)})
+    assert d.kind == timing.OVERHEAD_BOUND and "did not grow with the batch" in d.sentence
+
+
+def test_batch_scaling_needs_two_batch_sizes():
+    with pytest.raises(ValueError, match="two or more batch sizes"):
+        timing.batch_scaling({32: [1.0]})
+
+
+def cnn_steps(device: str, busy: dict[int, float]) -> dict[str, dict[int, bench.Measurement]]:
+    """A batch-size grid of the CNN on ``device``: about 2 ms a step, with the profiler's busy seconds per step."""
+    grid = {}
+    for size, seconds in {32: 1.95e-3, 2048: 2.0e-3}.items():
+        times = around(seconds)
+        grid[size] = bench.Measurement("resident", "cnn", size, seconds, times, batches=1, busy=busy.get(size))
+    return {device: grid}
 
 
 def test_device_busy_share_marks_a_launch_bound_step():
     # busy 0.25 ms of a 1.95 ms step: the GPU waited for the CPU most of the time
-    steps = {32: around(1.95e-3), 2048: around(2.0e-3)}
-    _, lines = bench.diagnose_steps(steps, busy={32: 0.25e-3, 2048: 1.9e-3}, label="cuda")
-    assert lines[1] == (
-        "cuda: at batch 32 the device was busy 250.0 us of the 1.9 ms step (13%); the rest of the time it waited "
-        "for the CPU to launch work: launch-bound at this batch size."
+    lines = bench.grid_findings(cnn_steps("cuda", {32: 0.25e-3, 2048: 1.9e-3}))
+    assert lines[2].startswith(
+        "cuda: at batch 32, CPU side 1.9 ms against 250.0 us of device time (the device was busy 13% of it): "
+        "launch-bound."
     )
-    assert lines[2].endswith("(95%); its own arithmetic fills the step.")
-    _, middle = bench.diagnose_steps(steps, busy={32: 1.2e-3})
-    assert middle[1].endswith("for a good part of the step it waited for the CPU.")
-
-
-def test_diagnose_steps_needs_two_batch_sizes():
-    with pytest.raises(ValueError, match="two or more batch sizes"):
-        bench.diagnose_steps({32: [1.0]})
+    assert lines[3].startswith("cuda: at batch 2048, CPU side 2.0 ms against 1.9 ms of device time") and (
+        "device-bound" in lines[3]
+    )
+    middle = bench.grid_findings(cnn_steps("cuda", {32: 1.2e-3}))
+    assert len(middle) == 3 and "partly launch-bound" in middle[2]
+    assert len(bench.grid_findings(cnn_steps("cpu", {}))) == 2  # no busy time measured: no such sentence
 
 
 # --- rate_trend: rising, levelling off, falling ----------------------------------------------------------------
@@ -155,17 +167,7 @@ def test_rate_inside_the_noise_stays_level():
     assert line == "images per second stayed level from batch 32 to batch 256 (1.11x)."
 
 
-# --- busy time from the profiler's events ----------------------------------------------------------------------
-
-
-def test_busy_seconds_adds_only_device_events():
-    events = [
-        SimpleNamespace(device_type=DeviceType.CPU, self_device_time_total=900.0),  # a CPU op: not device time
-        SimpleNamespace(device_type=DeviceType.CUDA, self_device_time_total=150.0),  # a kernel
-        SimpleNamespace(device_type=DeviceType.CUDA, self_device_time_total=100.0),  # a copy
-        SimpleNamespace(device_type=DeviceType.CUDA, self_device_time_total=500.0, is_user_annotation=True),
-    ]
-    assert bench.busy_seconds(events) == pytest.approx(250e-6)
+# --- busy time from the profiler ------------------------------------------------------------------------------
 
 
 def test_device_busy_is_not_measured_on_the_cpu():

@@ -10,13 +10,14 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import bench, data
+from tools import bench as cli
 
 
 def test_quick_run_prints_the_table(capsys):
     if not data.is_present("FashionMNIST") and not data.prepare_offline("FashionMNIST"):
         pytest.skip("Fashion-MNIST is not available offline on this machine")
     argv = ["--quick", "--dataset", "FashionMNIST", "--device", "cpu", "--subset", "640", "--batches", "2"]
-    assert bench.main([*argv, "--repeats", "2", "--workers", "1"]) == 0
+    assert cli.main([*argv, "--repeats", "2", "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "FashionMNIST (640 training images) on cpu" in out
     present = bench.default_pipelines("cpu")
@@ -30,8 +31,8 @@ def test_quick_run_prints_the_table(capsys):
 
 def test_bad_arguments_exit_with_usage():
     with pytest.raises(SystemExit):
-        bench.main(["--repeats", "0"])
-    assert bench.main(["--device", "tpu", "--subset", "10"]) == 2
+        cli.main(["--repeats", "0"])
+    assert cli.main(["--device", "tpu", "--subset", "10"]) == 2
 
 
 # --- one change per row ----------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""python -m helpers.bench as a user types it: a bad argument ends in one `error:` line naming the fix, status 2."""
+"""python -m tools.bench as a user types it: a bad argument ends in one `error:` line naming the fix, status 2."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from helpers import bench
+from tools import bench
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "helpers.bench", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "tools.bench", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
 
 
@@ -24,7 +24,7 @@ def test_negative_subset_is_refused_before_anything_runs():
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and done.stdout == ""
     assert done.stderr.splitlines()[-1] == (
-        "python -m helpers.bench: error: argument --subset: --subset must be at least 1, got -5"
+        "python -m tools.bench: error: argument --subset: --subset must be at least 1, got -5"
     )
 
 
@@ -37,7 +37,7 @@ def test_a_file_given_as_data_dir_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert err.splitlines()[-1] == (
-        f"python -m helpers.bench: error: argument --data-dir: {file} is a file, not a folder; give the folder that "
+        f"python -m tools.bench: error: argument --data-dir: {file} is a file, not a folder; give the folder that "
         "holds (or will hold) the data sets, e.g. ./data"
     )
 
@@ -56,8 +56,8 @@ def test_bad_values_name_the_allowed_ones(argv, message, capsys):
         bench.main(argv)
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: python -m helpers.bench")
-    assert err.splitlines()[-1] == f"python -m helpers.bench: error: {message}"
+    assert err.startswith("usage: python -m tools.bench")
+    assert err.splitlines()[-1] == f"python -m tools.bench: error: {message}"
 
 
 def test_good_values_pass_the_checks(tmp_path):

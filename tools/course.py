@@ -610,12 +610,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_run.add_argument("--notebooks", default=str(NOTEBOOKS), help="folder holding the lesson notebooks")
     p_run.add_argument("--no-progress", action="store_true", help="no progress bar")
-    sub.add_parser("bench", help="the data-pipeline benchmark (python -m helpers.bench --help)", add_help=False)
+    sub.add_parser("bench", help="the data-pipeline benchmark (python -m tools.bench --help)", add_help=False)
     p_list = sub.add_parser("list", help="list the lesson notebooks")
     p_list.add_argument("--notebooks", default=str(NOTEBOOKS))
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:
-        from helpers import bench
+        from tools import bench
 
         return bench.main(argv[1:])
     args = parser.parse_args(argv)

@@ -7,25 +7,17 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-# --- shared --------------------------------------------------------------------------------------------------
-
 
 def new_axes(ax: plt.Axes | None = None, figsize: tuple[float, float] = (6.4, 3.6)) -> plt.Axes:
     """The Axes to draw on: ``ax`` itself, or one on a new figure."""
-    if ax is not None:
-        return ax
-    _, ax = plt.subplots(figsize=figsize, layout="constrained")
+    if ax is None:
+        _, ax = plt.subplots(figsize=figsize, layout="constrained")
     return ax
 
 
-# --- lesson 01 -------------------------------------------------------------------------------------------------
-
-
+# --- lesson 01 ---
 def plot_copy_bandwidth(
-    sizes_bytes: list[int],
-    gb_per_s: dict[str, list[float]],
-    title: str = "Copy bandwidth",
-    ax: plt.Axes | None = None,
+    sizes_bytes: list[int], gb_per_s: dict[str, list[float]], title: str = "Copy bandwidth", ax: plt.Axes | None = None
 ) -> plt.Axes:
     """Bandwidth (GB/s) against copy size (MiB, log scale), one line per kind of copy ("pageable", "pinned")."""
     ax = new_axes(ax)
@@ -33,18 +25,13 @@ def plot_copy_bandwidth(
     for label, values in gb_per_s.items():
         ax.plot(mib, values, marker="o", label=label)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("copy size (MiB)")
-    ax.set_ylabel("bandwidth (GB/s)")
-    ax.set_ylim(bottom=0)
-    ax.set_title(title)
+    ax.set(xlabel="copy size (MiB)", ylabel="bandwidth (GB/s)", ylim=(0, None), title=title)
     ax.grid(True, alpha=0.3)
     ax.legend()
     return ax
 
 
-# --- lesson 05 -------------------------------------------------------------------------------------------------
-
-
+# --- lesson 05 ---
 def pipeline_bars(rates: dict[str, dict[str, float]], ax: plt.Axes | None = None) -> plt.Axes:
     """Grouped horizontal bars of images/s: ``rates[pipeline][task]``, on a log scale (they differ 1000-fold)."""
     ax = new_axes(ax, figsize=(7.4, 3.8))
@@ -53,12 +40,10 @@ def pipeline_bars(rates: dict[str, dict[str, float]], ax: plt.Axes | None = None
     height = 0.8 / len(tasks)
     for j, task in enumerate(tasks):
         ys = [i + (j - (len(tasks) - 1) / 2) * height for i in range(len(pipelines))]
-        values = [rates[p].get(task, float("nan")) for p in pipelines]
-        ax.barh(ys, values, height=height, label=task)
+        ax.barh(ys, [rates[p].get(task, float("nan")) for p in pipelines], height=height, label=task)
     ax.set_yticks(range(len(pipelines)), pipelines)
     ax.invert_yaxis()  # the lab's setup on top, as in the table
-    ax.set_xscale("log")
-    ax.set_xlabel("images per second (log scale)")
+    ax.set(xscale="log", xlabel="images per second (log scale)")
     ax.legend(loc="lower right", fontsize="small")
     ax.grid(axis="x", which="major", alpha=0.3)
     return ax
@@ -71,9 +56,7 @@ def batch_size_curves(rates: dict[str, dict[int, float]], ax: plt.Axes | None = 
         sizes = sorted(per_size)
         ax.plot(sizes, [per_size[s] for s in sizes], marker="o", label=device)
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("training images per second")
+    ax.set(yscale="log", xlabel="batch size", ylabel="training images per second")
     ax.legend()
     ax.grid(alpha=0.3)
     return ax
@@ -82,23 +65,20 @@ def batch_size_curves(rates: dict[str, dict[int, float]], ax: plt.Axes | None = 
 def step_time_curves(step_seconds: dict[str, dict[int, float]], ax: plt.Axes | None = None) -> plt.Axes:
     """Milliseconds per training step against batch size, one line per device: ``step_seconds[device][batch]``.
 
-    Two grey guides start at each device's smallest batch: flat (fixed costs per step set the pace) and in proportion
-    to the batch (arithmetic does). Where a line runs between them shows what bounds the step.
+    Grey guides from each device's smallest batch, flat (fixed costs per step set the pace) and in proportion to the
+    batch (arithmetic does), show by where the line runs what bounds the step.
     """
     ax = new_axes(ax)
     for i, (device, per_size) in enumerate(step_seconds.items()):
         sizes = sorted(per_size)
         ms = [per_size[s] * 1e3 for s in sizes]
         ax.plot(sizes, ms, marker="o", color=f"C{i}", label=device)
-        first = sizes[0]
         ax.plot(sizes, [ms[0]] * len(sizes), color="grey", linestyle=":", linewidth=1)
-        ax.plot(sizes, [ms[0] * s / first for s in sizes], color="grey", linestyle="--", linewidth=1)
+        ax.plot(sizes, [ms[0] * s / sizes[0] for s in sizes], color="grey", linestyle="--", linewidth=1)
     ax.plot([], [], color="grey", linestyle=":", label="flat: fixed costs per step")
     ax.plot([], [], color="grey", linestyle="--", label="in proportion: arithmetic")
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("milliseconds per training step")
+    ax.set(yscale="log", xlabel="batch size", ylabel="milliseconds per training step")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
     return ax
@@ -110,14 +90,11 @@ def training_curves(history, axes=None) -> list[plt.Axes]:
         _, axes = plt.subplots(1, 2, figsize=(9.6, 3.4), layout="constrained")
     epochs = range(1, len(history.train_loss) + 1)
     for ax, metric in zip(axes, ("loss", "accuracy"), strict=True):
-        for split in ("train", "val"):
+        for split, label in (("train", "training"), ("val", "validation")):
             values = getattr(history, f"{split}_{metric}")
             if values:
-                label = "training" if split == "train" else "validation"
                 ax.plot(epochs[: len(values)], values, marker="o", label=label)
-        ax.set_xlabel("epoch")
-        ax.set_ylabel(metric)
-        ax.set_xticks(list(epochs))
+        ax.set(xlabel="epoch", ylabel=metric, xticks=list(epochs))
         ax.legend()
         ax.grid(alpha=0.3)
     return list(axes)
@@ -125,8 +102,7 @@ def training_curves(history, axes=None) -> list[plt.Axes]:
 
 def prediction_grid(images, labels, predictions, class_names: list[str], ncols: int = 8) -> plt.Figure:
     """Images with their predicted class; a wrong prediction is titled in red with the true class after it."""
-    n = len(images)
-    nrows = -(-n // ncols)
+    nrows = -(-len(images) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(1.35 * ncols, 1.55 * nrows), layout="constrained", squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
@@ -138,28 +114,21 @@ def prediction_grid(images, labels, predictions, class_names: list[str], ncols: 
     return fig
 
 
-# --- lesson 06 -------------------------------------------------------------------------------------------------
-
-
+# --- lesson 06 ---
 def plot_step_times(
     seconds: dict[str, float], title: str = "One training step", ax: plt.Axes | None = None
 ) -> plt.Axes:
     """Horizontal bars of milliseconds per step, one per setup ("1 GPU", "DataParallel, 2 GPUs"), labelled."""
     ax = new_axes(ax, figsize=(6.4, 0.6 + 0.5 * len(seconds)))
-    labels = list(seconds)
-    ms = [seconds[k] * 1e3 for k in labels]
-    bars = ax.barh(labels, ms, color=[f"C{i}" for i in range(len(labels))])
+    ms = [s * 1e3 for s in seconds.values()]
+    bars = ax.barh(list(seconds), ms, color=[f"C{i}" for i in range(len(ms))])
     ax.bar_label(bars, labels=[f"{v:.1f} ms" for v in ms], padding=3)
     ax.invert_yaxis()  # first entry on top
-    ax.set_xlabel("milliseconds per step (median)")
-    ax.set_xlim(0, max(ms) * 1.25)
-    ax.set_title(title)
+    ax.set(xlabel="milliseconds per step (median)", xlim=(0, max(ms) * 1.25), title=title)
     return ax
 
 
-# --- lesson 07 -------------------------------------------------------------------------------------------------
-
-
+# --- lesson 07 ---
 def plot_rank_assignment(
     owners: list[list[int]], title: str = "Which rank gets each sample", ax: plt.Axes | None = None
 ) -> plt.Axes:
@@ -174,20 +143,13 @@ def plot_rank_assignment(
     ax.imshow(grid, cmap=ListedColormap([f"C{r}" for r in range(ranks)]), vmin=-0.5, vmax=ranks - 0.5, aspect="auto")
     ax.set_xticks(range(grid.shape[1]))
     ax.set_yticks(range(grid.shape[0]), [f"epoch {e}" for e in range(grid.shape[0])])
-    ax.set_xlabel("dataset index")
-    ax.legend(
-        handles=[Patch(color=f"C{r}", label=f"rank {r}") for r in range(ranks)],
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1),
-        frameon=False,
-    )
-    ax.set_title(title)
+    ax.set(xlabel="dataset index", title=title)
+    handles = [Patch(color=f"C{r}", label=f"rank {r}") for r in range(ranks)]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     return ax
 
 
-# --- lesson 08 -------------------------------------------------------------------------------------------------
-
-
+# --- lesson 08 ---
 def plot_hbars(
     labels: list[str],
     values: list[float],
@@ -206,9 +168,8 @@ def plot_hbars(
     ax.set_yticks(positions, labels)
     if log:
         ax.set_xscale("log")
-    ax.set_xlabel(xlabel)
+    ax.set(xlabel=xlabel, title=title)
     ax.margins(x=0.2)
-    ax.set_title(title)
     return ax
 
 
@@ -219,10 +180,8 @@ def plot_speedups(
     title: str = "Training-step throughput, one change at a time",
     ax: plt.Axes | None = None,
 ) -> plt.Axes:
-    """Images/s of each variant of a step, top to bottom; kept changes solid, dropped ones hatched and grey.
-
-    Each bar is labelled with its throughput and its speed-up over the first (the baseline).
-    """
+    """Images/s of each variant of a step, top to bottom, labelled with its speed-up over the first (the baseline);
+    kept changes solid, dropped ones hatched and grey."""
     ax = new_axes(ax, figsize=(7.0, 0.6 + 0.45 * len(labels)))
     positions = list(range(len(labels)))[::-1]
     for y, rate, ok in zip(positions, images_per_s, kept, strict=True):
@@ -230,33 +189,26 @@ def plot_speedups(
         text = f"{rate:,.0f} ({rate / images_per_s[0]:.2f}x)"
         ax.annotate(text, (rate, y), xytext=(3, 0), textcoords="offset points", va="center")
     ax.set_yticks(positions, labels)
-    ax.set_xlabel("images per second (median of repeats)")
+    ax.set(xlabel="images per second (median of repeats)", title=title)
     ax.margins(x=0.3)
-    ax.set_title(title)
     return ax
 
 
 def plot_batch_search(
     tried: list[tuple[int, bool]], limit: int | None = None, title: str = "", ax: plt.Axes | None = None
 ) -> plt.Axes:
-    """The batch sizes a largest-batch search tried, in order: green where the step fitted, red where it ran out.
-
-    ``limit``, when known (a simulated budget), is drawn as a dashed line.
-    """
+    """The batch sizes a largest-batch search tried, in order: green where the step fitted, red where it ran out; a
+    known ``limit`` (a simulated budget) is drawn as a dashed line."""
     ax = new_axes(ax)
     if limit is not None:
         ax.axhline(limit, color="grey", linestyle="--", linewidth=1, label=f"limit ({limit})")
     tries = list(range(1, len(tried) + 1))
-    sizes = [size for size, _ in tried]
-    ax.plot(tries, sizes, color="grey", linewidth=1, zorder=1)
+    ax.plot(tries, [size for size, _ in tried], color="grey", linewidth=1, zorder=1)
     for ok, label, color in ((True, "fits", "tab:green"), (False, "out of memory", "tab:red")):
         points = [(t, s) for t, (s, fit) in zip(tries, tried, strict=True) if fit == ok]
         if points:
             ax.scatter(*zip(*points, strict=True), color=color, label=label, zorder=2)
     ax.set_yscale("log", base=2)
-    ax.set_xticks(tries)
-    ax.set_xlabel("try")
-    ax.set_ylabel("batch size")
-    ax.set_title(title)
+    ax.set(xticks=tries, xlabel="try", ylabel="batch size", title=title)
     ax.legend()
     return ax

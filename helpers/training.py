@@ -1,8 +1,7 @@
-"""Training and evaluation loops with the device handled in one place: the model's own device.
+"""Training and evaluation loops that move every batch to the model's device (a no-op for batches already there).
 
-Every batch is moved to the device the model lives on (a no-op for batches already there, such as those of
-``helpers.transfer.DeviceResidentLoader``). Losses and accuracies are summed on the device and read with ``.item()``
-once per epoch, because every ``.item()`` makes the CPU wait for the GPU.
+Losses and accuracies are summed on the device and read with ``.item()`` once per epoch, because every ``.item()``
+makes the CPU wait for the GPU.
 """
 
 from __future__ import annotations
@@ -35,13 +34,6 @@ class History:
 
     def __len__(self) -> int:
         return len(self.train_loss)
-
-
-def _total(loader: Iterable) -> int | None:
-    try:
-        return len(loader)  # type: ignore[arg-type]
-    except TypeError:
-        return None
 
 
 def train_epoch(
@@ -113,20 +105,21 @@ def fit(
     seed: int | None = None,
     progress: bool = True,
 ) -> History:
-    """Train for ``epochs`` epochs, evaluating on ``val_loader`` after each; returns the History.
+    """Train for ``epochs`` epochs, evaluating on ``val_loader`` (unless None) after each; returns the History.
 
-    ``seed`` re-seeds PyTorch first, so that dropout and a DataLoader without a generator of its own repeat; a
-    ``DeviceResidentLoader`` keeps its own generator, seeded when it was built. On the CPU a run then repeats
-    exactly; on CUDA some kernels (cuDNN convolutions' backward among them) are nondeterministic unless
-    ``torch.use_deterministic_algorithms(True)`` is set. The progress bar shows one tick per batch and the last
-    epoch's figures.
+    ``seed`` re-seeds PyTorch first, so that dropout and a DataLoader without a generator of its own repeat (a
+    ``DeviceResidentLoader`` keeps the one it was built with). A CPU run then repeats exactly; on CUDA some kernels
+    (cuDNN convolutions' backward among them) repeat only under ``torch.use_deterministic_algorithms(True)``.
     """
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}.")
     if seed is not None:
         torch.manual_seed(seed)
     history = History()
-    per_epoch = _total(train_loader)
+    try:
+        per_epoch = len(train_loader)  # type: ignore[arg-type]
+    except TypeError:  # an iterable without a length: the bar counts without a total
+        per_epoch = None
     bar = tqdm(total=per_epoch * epochs if per_epoch else None, unit="batch", disable=not progress)
     try:
         for epoch in range(1, epochs + 1):
@@ -135,14 +128,13 @@ def fit(
             train = train_epoch(model, train_loader, optimizer, loss_fn, scheduler, bar)
             history.train_loss.append(train["loss"])
             history.train_accuracy.append(train["accuracy"])
+            shown = {"loss": f"{train['loss']:.3f}", "acc": f"{train['accuracy']:.1%}"}
             if val_loader is not None:
                 val = evaluate(model, val_loader, loss_fn)
                 history.val_loss.append(val["loss"])
                 history.val_accuracy.append(val["accuracy"])
+                shown["val_acc"] = f"{val['accuracy']:.1%}"
             history.seconds.append(time.perf_counter() - start)  # .item() above has synchronised the device
-            shown = {"loss": f"{train['loss']:.3f}", "acc": f"{train['accuracy']:.1%}"}
-            if val_loader is not None:
-                shown["val_acc"] = f"{history.val_accuracy[-1]:.1%}"
             bar.set_postfix(shown)
     finally:
         bar.close()

@@ -1,5 +1,4 @@
-"""Moving batches to a device: nested containers, a loader wrapper, what pinned memory does to a copy (measured, with
-the rule that reads the measurements), and (below) a device-resident batch iterator."""
+"""Moving batches to a device: nested batches, a loader wrapper, pinned-memory copies measured, device-resident data."""
 
 from __future__ import annotations
 
@@ -17,16 +16,15 @@ LEAF_TYPES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, to
 
 
 def map_batch(batch: Any, fn: Callable[[str, Any], Any], path: str = "batch") -> Any:
-    """Apply ``fn(path, leaf)`` to every leaf of a nested batch (paths like ``batch['y'][0].labels``) and rebuild the
-    mappings, lists, tuples and named tuples around the results, each of its own type (a mapping whose constructor
-    takes other arguments becomes a dict). The one walker of batches: ``to_device`` and ``placement`` use it."""
+    """Apply ``fn(path, leaf)`` to every leaf of a nested batch (paths like ``batch['y'][0].labels``), rebuilding each
+    mapping, list, tuple and named tuple as its own type (a mapping whose type cannot take a dict becomes a dict)."""
     if isinstance(batch, Mapping):
         mapped = {k: map_batch(v, fn, f"{path}[{k!r}]") for k, v in batch.items()}
         try:
             return type(batch)(mapped)
         except TypeError:
             return mapped
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a named tuple reads better by field name
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a named tuple takes its fields as arguments
         return type(batch)(*(map_batch(v, fn, f"{path}.{f}") for f, v in zip(batch._fields, batch, strict=True)))
     if isinstance(batch, (list, tuple)):
         return type(batch)(map_batch(v, fn, f"{path}[{i}]") for i, v in enumerate(batch))
@@ -36,9 +34,8 @@ def map_batch(batch: Any, fn: Callable[[str, Any], Any], path: str = "batch") ->
 def to_device(batch: Any, device: str | torch.device, non_blocking: bool = False) -> Any:
     """Return ``batch`` with every tensor moved to ``device``; lists, tuples, named tuples and dicts keep their type.
 
-    Numbers, strings, None, dtypes and devices are left alone; anything else raises a TypeError naming where it is.
-    ``non_blocking=True`` makes a copy from pinned CPU memory to a GPU return at once, so the Python thread can queue
-    more work while it runs; kernels queued later on the same stream still wait for the copy to finish.
+    Numbers, strings, None, dtypes and devices pass through; anything else raises a TypeError naming where it is.
+    ``non_blocking=True``: a copy from pinned memory returns at once; kernels queued later on its stream still wait.
     """
 
     def move(path: str, leaf: Any) -> Any:
@@ -57,9 +54,7 @@ def to_device(batch: Any, device: str | torch.device, non_blocking: bool = False
 class DeviceDataLoader:
     """Wrap a DataLoader (or any iterable of batches) so that each batch arrives already on ``device``.
 
-    ``non_blocking`` defaults to True when the loader pins memory and the device is not the CPU: a copy from pinned
-    memory then does not block the Python thread, which can go on queueing work for the GPU. The DataLoader pins
-    each batch in the main process (in a background thread when it has workers), before this wrapper copies it.
+    ``non_blocking=None`` means True when the loader pins memory and ``device`` is not the CPU (see ``to_device``).
     """
 
     def __init__(self, loader: Iterable, device: str | torch.device, non_blocking: bool | None = None) -> None:
@@ -81,7 +76,6 @@ class DeviceDataLoader:
 
 
 # --- pinned memory, measured ---
-
 COPY_WAYS = {
     "plain": "plain copy from pageable memory: batch.to(device)",
     "pin in the loop": "pin each batch, then copy: batch.pin_memory().to(device, non_blocking=True)",
@@ -91,11 +85,8 @@ COPY_WAYS = {
 
 
 def compare_times(baseline: Sequence[float], candidate: Sequence[float]) -> str:
-    """Whether ``candidate`` was "faster" or "slower" than ``baseline``, or showed "no clear difference".
-
-    A difference counts only when the two sets of repeats do not overlap: every repeat of one below every repeat of
-    the other. Otherwise it is within the spread of the measurements.
-    """
+    """Whether ``candidate`` was "faster" or "slower" than ``baseline``, or showed "no clear difference": a difference
+    counts only when every repeat of one is below every repeat of the other."""
     for name, times in (("baseline", baseline), ("candidate", candidate)):
         if len(times) == 0:
             raise ValueError(f"compare_times needs at least one {name} time, got none.")
@@ -108,11 +99,7 @@ def time_batch_copies(
     batch: torch.Tensor, device: str | torch.device, copies: int = 20, repeats: int = 7
 ) -> dict[str, list[float]]:
     """Seconds per batch, one figure per repeat, for each way in ``COPY_WAYS`` of copying the CPU tensor ``batch`` to
-    the CUDA ``device``. Each repeat times ``copies`` copies between two synchronisations; the ways take turns within a
-    repeat, so a slow moment of the machine hits all of them alike. One untimed round first warms everything up (the
-    first pinned allocation is far slower than the ones PyTorch then reuses)."""
-    from helpers.timing import time_on_device  # timing imports devices; imported here to keep this module light
-
+    the CUDA ``device``, each repeat timing ``copies`` copies between two synchronisations."""
     device = torch.device(device)
     if device.type != "cuda":
         raise ValueError(f"Pinned memory serves copies to a CUDA GPU; got device {device}.")
@@ -131,17 +118,16 @@ def time_batch_copies(
             way()
 
     times: dict[str, list[float]] = {name: [] for name in ways}
+    # The ways take turns, so a slow moment hits all alike; round 0 warms up (a first pinned allocation is slow).
     for _ in range(repeats + 1):
         for name, way in ways.items():
-            timing = time_on_device(lambda way=way: copy_many(way), device, repeats=1, warmup=0)
-            times[name].append(timing.median / copies)
-    return {name: found[1:] for name, found in times.items()}  # the first round was the warm-up
+            measured = timing.time_on_device(lambda way=way: copy_many(way), device, repeats=1, warmup=0)
+            times[name].append(measured.median / copies)
+    return {name: found[1:] for name, found in times.items()}
 
 
 def pinning_findings(times: Mapping[str, Sequence[float]]) -> list[str]:
     """One sentence per way that differs from the plain copy, each stating what the measurements show."""
-    from helpers.timing import format_seconds
-
     plain = statistics.median(times["plain"])
     what = {
         "pin in the loop": "Pinning each batch in the loop, then copying it,",
@@ -151,7 +137,7 @@ def pinning_findings(times: Mapping[str, Sequence[float]]) -> list[str]:
     for name, subject in what.items():
         verdict = compare_times(times["plain"], times[name])
         median = statistics.median(times[name])
-        figures = f"{format_seconds(median)} against {format_seconds(plain)} per batch"
+        figures = f"{timing.format_seconds(median)} against {timing.format_seconds(plain)} per batch"
         if verdict == "no clear difference":
             lines.append(f"{subject} made no clear difference to a plain copy: {figures}, and the repeats overlap.")
         else:
@@ -164,25 +150,20 @@ def pinning_findings(times: Mapping[str, Sequence[float]]) -> list[str]:
 
 def pinning_report(batch: torch.Tensor, times: Mapping[str, Sequence[float]]) -> str:
     """A table of the median time per batch and the spread of each way, then the findings."""
-    from helpers.timing import format_seconds
-
     lines = [f"batch {tuple(batch.shape)} {str(batch.dtype).removeprefix('torch.')}, {batch.nbytes / 2**10:,.0f} KiB:"]
     for name, found in times.items():
         median = statistics.median(found)
         spread = (max(found) - min(found)) / median
-        lines.append(f"  {name:15} {format_seconds(median):>9} per batch  (spread {spread:.0%})  {COPY_WAYS[name]}")
+        lines.append(
+            f"  {name:15} {timing.format_seconds(median):>9} per batch  (spread {spread:.0%})  {COPY_WAYS[name]}"
+        )
     return "\n".join([*lines, *pinning_findings(times)])
 
 
 # --- device-resident batches ---
-
-
 def _find_normalize(transform: Any) -> tuple[float, float] | None:
-    """The (mean, std) of the single-channel Normalize in ``transform`` (ToTensor, optionally then Normalize).
-
-    Anything else in the transform (augmentation, resizing) could not be reproduced once for the whole data set, so
-    it raises instead of being silently skipped.
-    """
+    """The (mean, std) of the single-channel Normalize in ``transform`` (ToTensor, optionally then Normalize), or None;
+    any other step (augmentation, resizing) could not be applied once to the whole data set, so it raises."""
     from torchvision import transforms as T
 
     found = None
@@ -222,11 +203,9 @@ def _images_and_labels(dataset: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
 class DeviceResidentLoader:
     """Every image on the device at once, converted once; each epoch is a device-made permutation cut into batches.
 
-    ``images`` are uint8 of shape (N, H, W) or (N, C, H, W); they are copied to ``device`` as uint8 (a quarter of
-    the bytes of float32) and converted there, exactly as ToTensor then Normalize would: ``x / 255``, then
-    ``(x - mean) / std``. Iterating yields ``(X, y)`` batches that are already on the device, by indexing: no
-    per-sample Python work, no copies from the CPU. ``seed=None`` draws a seed from PyTorch's global generator, so
-    ``torch.manual_seed`` makes the order reproducible.
+    ``images`` (uint8, (N, H, W) or (N, C, H, W)) go to ``device`` as uint8, a quarter of the bytes of float32, and
+    are converted there exactly as ToTensor then Normalize would (``x / 255``, then ``(x - mean) / std`` if both are
+    given). ``seed=None`` draws the seed from PyTorch's global generator, so ``torch.manual_seed`` fixes the order.
 
     Taught in lesson 05 (notebooks/05_mnist_on_gpu.ipynb, the section on data resident on the device).
     """
@@ -258,20 +237,15 @@ class DeviceResidentLoader:
             X = X.sub(mean).div(std)
         self.images = X  # (N, C, H, W) float32 on the device
         self.labels = labels.to(self.device, torch.long)
-        if seed is None:
-            seed = int(torch.randint(2**62, ()).item())
-        self.generator = self._device_generator(seed)
+        seed = int(torch.randint(2**62, ()).item()) if seed is None else seed
+        try:  # a generator on the device, so that the permutation is made there
+            self.generator = torch.Generator(device=self.device).manual_seed(seed)
+            torch.randperm(2, device=self.device, generator=self.generator)  # does randperm accept it on this backend?
+            self.generator.manual_seed(seed)
+        except (RuntimeError, NotImplementedError):  # e.g. no device generators: permute on the CPU, then copy
+            self.generator = torch.Generator().manual_seed(seed)
         self.epoch_indices: torch.Tensor | None = None
         """The order of the epoch being (or last) iterated: sample ids, on the device."""
-
-    def _device_generator(self, seed: int) -> torch.Generator:
-        """A generator on the device, so the permutation is made there; a CPU one where the backend lacks that."""
-        try:
-            generator = torch.Generator(device=self.device).manual_seed(seed)
-            torch.randperm(2, device=self.device, generator=generator)  # does randperm accept it on this backend?
-            return generator.manual_seed(seed)
-        except (RuntimeError, NotImplementedError):  # e.g. no device generators: permute on the CPU, then copy
-            return torch.Generator().manual_seed(seed)
 
     @classmethod
     def from_dataset(
@@ -286,7 +260,7 @@ class DeviceResidentLoader:
         """Build from a torchvision MNIST-style dataset (or a Subset of one), using the Normalize of its transform."""
         images, labels, transform = _images_and_labels(dataset)
         stats = _find_normalize(transform) if transform is not None else None
-        mean, std = stats if stats else (None, None)
+        mean, std = stats or (None, None)
         return cls(images, labels, device, batch_size, shuffle, drop_last, mean, std, seed)
 
     def __len__(self) -> int:
@@ -302,13 +276,13 @@ class DeviceResidentLoader:
             order = torch.arange(n, device=self.device)
         self.epoch_indices = order
         for b in range(len(self)):
+            batch = slice(b * self.batch_size, (b + 1) * self.batch_size)
             if self.shuffle:
-                idx = order[b * self.batch_size : (b + 1) * self.batch_size]
+                idx = order[batch]
                 # index_select on the flat (N, C*H*W) view: one contiguous row gather, much faster than X[idx]
                 X = self.images.view(len(self.images), -1).index_select(0, idx)
                 yield X.view(-1, *self.images.shape[1:]), self.labels.index_select(0, idx)
             else:
-                batch = slice(b * self.batch_size, (b + 1) * self.batch_size)
                 yield self.images[batch], self.labels[batch]  # views, no copy at all
 
     def __repr__(self) -> str:

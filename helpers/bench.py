@@ -39,12 +39,7 @@ _PARENT = {"workers": "lab", "pinned": "workers", "wrapper": "lab", "indexed": "
 
 
 def default_pipelines(device: str | torch.device) -> tuple[str, ...]:
-    """The rows worth timing on ``device``.
-
-    Pinned memory speeds up copies from the CPU to a CUDA GPU, so that row needs one. On the CPU the data is already
-    in the device's memory, so "batched by index in CPU memory, copied per batch" and "kept on the device" are one
-    row (``resident``).
-    """
+    """The rows worth timing on ``device``: pinned memory needs a CUDA GPU, and on the CPU "indexed" is "resident"."""
     kind = torch.device(device).type
     return tuple(p for p in PIPELINES if (p != "pinned" or kind == "cuda") and (p != "indexed" or kind != "cpu"))
 
@@ -98,10 +93,8 @@ def pipeline_title(name: str, present: Sequence[str] = PIPELINES, workers: int =
 
 @dataclass
 class Measurement:
-    """One pipeline on one task: seconds per run of ``batches`` batches, ``images`` images (median of repeats).
-
-    ``busy`` is the seconds per batch the device itself was busy (from the profiler), where that was measured.
-    """
+    """One pipeline on one task: median seconds per run of ``batches`` batches, ``images`` images; ``busy``: the
+    seconds per batch the device itself was busy (from the profiler), where that was measured."""
 
     pipeline: str
     task: str
@@ -192,11 +185,8 @@ def agreement(label: str, times: Sequence[float], other: str, other_times: Seque
 def make_pipeline(
     name: str, dataset: Any, device: torch.device, batch_size: int = 128, workers: int = 2, seed: int = 0
 ) -> Iterable:
-    """The iterable of (X, y) batches for row ``name``; batches of "lab", "workers", "pinned" and "indexed" are
-    still on the CPU (the runner copies them).
-
-    ``dataset`` is a torchvision MNIST-style dataset whose transform is ToTensor + Normalize (or a Subset of one).
-    """
+    """The (X, y) batches of row ``name`` from an MNIST-style ``dataset`` (ToTensor + Normalize, or a Subset of one);
+    those of "lab", "workers", "pinned" and "indexed" are still on the CPU (the runner copies them)."""
     g = torch.Generator().manual_seed(seed)
     if name == "lab":
         return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=g)
@@ -257,10 +247,8 @@ class _Runner:
 
 
 def device_busy(fn: Callable[[], None], device: torch.device) -> float | None:
-    """Seconds a CUDA device was busy during one call of ``fn``, from torch.profiler; None on other devices.
-
-    A CPU runs the Python and the arithmetic on the same cores, so there "busy" cannot be told apart from wall time.
-    """
+    """Seconds a CUDA device was busy during one call of ``fn``, from torch.profiler; None on other devices (a CPU
+    runs the Python and the arithmetic on the same cores: busy time is wall time)."""
     if device.type != "cuda":
         return None
     from torch.profiler import ProfilerActivity, profile
@@ -285,13 +273,8 @@ def measure(
     pipeline: str = "",
     profile_batches: int = 0,
 ) -> Measurement:
-    """Time ``batches`` batches (None: a whole epoch) of ``loader`` on ``task``; median of ``repeats`` runs.
-
-    Each run starts a new pass over the loader, moves every batch to ``device`` (a no-op when it is there already)
-    and applies the task. A few warm-up batches first start worker processes and let the device settle. With
-    ``profile_batches`` on a CUDA device, that many more batches run under the profiler to find the device's busy time
-    per batch (``Measurement.busy``).
-    """
+    """Time ``batches`` batches (None: a whole epoch) of ``loader`` on ``task``, moved to ``device``; median of
+    ``repeats`` new passes after a warm-up. ``profile_batches`` more batches on a CUDA device give ``busy``."""
     run = _Runner(loader, task, device, seed)
     run(warmup_batches)
     timing = time_on_device(lambda: run(batches), device, repeats=repeats, warmup=0)
@@ -316,8 +299,8 @@ def run_benchmark(
 ) -> list[Measurement]:
     """Every pipeline (default: ``default_pipelines(device)``) on every task, on one device, in this process.
 
-    The repeats are interleaved (round 1 of every pipeline and task, then round 2, ...), so that a machine whose load
-    changes during the run slows every figure alike instead of a few; each figure is the median of its rounds.
+    The repeats are interleaved (round 1 of every job, then round 2, ...), so a change in the machine's load slows
+    every figure alike instead of a few; each figure is the median of its rounds.
     """
     pipelines = default_pipelines(device) if pipelines is None else tuple(pipelines)
     loaders = {name: make_pipeline(name, dataset, device, batch_size, workers) for name in pipelines}
@@ -366,10 +349,8 @@ def speedups(results: list[Measurement], baseline: str = "lab") -> dict[tuple[st
 
 
 def format_table(results: list[Measurement], epoch_images: int | None = None, workers: int = 2) -> str:
-    """The table: per task, "img/s (spread) ratio", the ratio being to the images/s of the row it changes from.
-
-    With ``epoch_images``, a last column gives the time of an epoch of that many images at the CNN's rate.
-    """
+    """Per task "img/s (spread) ratio", the ratio to the row it changes from; with ``epoch_images``, a last column
+    gives the time of an epoch of that many images at the CNN's rate."""
     present = present_rows(results)
     tasks = [t for t in TASKS if any(m.task == t for m in results)]
     by = {(m.pipeline, m.task): m for m in results}
@@ -395,11 +376,8 @@ def _verdict_text(c: timing.Comparison) -> str:
 
 
 def findings(results: list[Measurement], workers: int = 2) -> list[str]:
-    """Sentences on what this run measured, each decided from its own numbers by ``compare`` (none written in advance).
-
-    One per row against the row it changes from, with the ratios the table prints; then, for the last row, how much
-    of a training step feeding the data took.
-    """
+    """Sentences decided from this run's numbers: each row against the row it changes from (the table's ratios),
+    then how much of a training step feeding the data took in the last row."""
     present = present_rows(results)
     tasks = [t for t in TASKS if any(m.task == t for m in results)]
     number = {p: i + 1 for i, p in enumerate(present)}

@@ -35,14 +35,6 @@ class Timing:
         """(max - min) / median: how noisy the repeats were."""
         return (max(self.times) - min(self.times)) / self.median if self.median else 0.0
 
-    @property
-    def fastest(self) -> float:
-        return min(self.times)
-
-    @property
-    def slowest(self) -> float:
-        return max(self.times)
-
     def per(self, units: float) -> Timing:
         """The same repeats divided by ``units`` (images in a batch, say): seconds per unit."""
         if units <= 0:
@@ -74,10 +66,8 @@ def time_on_device(
 ) -> Timing:
     """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed repeats, each between two synchronisations.
 
-    With ``min_repeat_time`` 0 each repeat is one call. Otherwise one more synchronised call is timed to choose how
-    many calls (at most ``max_calls``) make a repeat last at least ``min_repeat_time`` seconds, so that a fast call
-    is timed over a window long enough for the clock and the device's jitter not to dominate; the times returned
-    are per call. ``sync`` defaults to synchronising ``device``; tests replace it (and ``clock``) to watch.
+    With ``min_repeat_time`` > 0, a repeat is as many calls (at most ``max_calls``) as make it last that long, so the
+    clock's and the device's jitter do not dominate a fast call; times are per call. Tests replace ``sync``/``clock``.
     """
     if not callable(fn):
         raise TypeError(f"fn must be a callable taking no arguments, got {type(fn).__name__}.")
@@ -109,10 +99,7 @@ def time_on_device(
 
 
 class DeviceTimer:
-    """``with DeviceTimer(device) as t: ...`` then ``t.seconds``; synchronises on entry and exit.
-
-    ``sync`` and ``clock`` default to synchronising ``device`` and ``time.perf_counter``; tests replace them.
-    """
+    """``with DeviceTimer(device) as t: ...`` then ``t.seconds``; synchronises on entry and exit (lesson 08)."""
 
     def __init__(
         self,
@@ -144,13 +131,10 @@ def benchmark(
 ) -> torch.utils.benchmark.Measurement:
     """Measure ``fn()`` with ``torch.utils.benchmark.Timer.blocked_autorange``.
 
-    The Timer's clock synchronises before each reading, around each block of calls: in recent PyTorch releases the
-    current accelerator (through ``torch.accelerator``), in torch 2.8 CUDA, XPU and PrivateUse1 devices but not MPS.
-    On the CPU and on CUDA devices ``fn`` is timed as it is; on every other device each call is followed by a
-    synchronise of ``device``, so the figures are right on every release the course supports.
+    The Timer synchronises CUDA itself around each block of calls (torch 2.8 does not synchronise MPS), so on devices
+    other than the CPU and CUDA each call is followed by a synchronise of ``device``.
     """
-    # Importing torch.utils.benchmark imports torch.utils.cpp_extension, which logs "No CUDA runtime is found" on a
-    # machine without CUDA. Nothing is compiled here, so that warning is harmless: it is held back for the import.
+    # torch.utils.benchmark imports cpp_extension, which logs "No CUDA runtime is found" without CUDA: harmless here.
     cpp_extension_log = logging.getLogger("torch.utils.cpp_extension")
     level = cpp_extension_log.level
     cpp_extension_log.setLevel(logging.ERROR)
@@ -183,7 +167,7 @@ def benchmark(
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Reading measurements: rules that turn a run's numbers into the sentences lesson 08 prints.
+# Reading measurements: the rules that turn a run's numbers into the sentences lessons 05, 08 and 09 print.
 
 KEPT, SLOWER, NO_CLEAR_DIFFERENCE = "kept", "not kept: slower", "no clear difference"
 FASTER = "faster"
@@ -194,9 +178,8 @@ MIN_NOISE = 0.05
 def ranges_verdict(before: Sequence[float], after: Sequence[float]) -> str:
     """The one rule by which the course calls a speed difference, from the repeats of two measurements (seconds).
 
-    "faster": every repeat of ``after`` beat every repeat of ``before``; "slower": every repeat of ``after`` was
-    slower than every repeat of ``before``; otherwise the ranges overlap, noise alone could explain the difference,
-    and it is "no clear difference", whatever the medians say.
+    "faster": every repeat of ``after`` beat every repeat of ``before``; "slower": the reverse; otherwise the ranges
+    overlap, noise alone could explain the difference: "no clear difference", whatever the medians say.
     """
     if max(after) < min(before):
         return FASTER
@@ -318,12 +301,10 @@ LAUNCH_BOUND, DEVICE_BOUND, PARTLY_LAUNCH_BOUND, NO_DEVICE_TIMELINE = (
 def launch_diagnosis(
     cpu_side_s: float, device_s: float | None, launch_ratio: float = 2.0, busy_fraction: float = 0.8
 ) -> Diagnosis:
-    """Read the CPU-side time of steps against the device's busy time for the same steps.
+    """Read the CPU-side time of steps against the device's busy time (None: no device timeline, as on a CPU).
 
-    ``device_s`` None: no device timeline (a CPU run, where the CPU does the arithmetic itself). The CPU side taking
-    ``launch_ratio`` times the device time or more means the device waits for Python and kernel launches:
-    launch-bound. The device busy for at least ``busy_fraction`` of it means the arithmetic is the limit:
-    device-bound. In between, partly launch-bound.
+    The CPU side ``launch_ratio`` times the device time or more: launch-bound (the device waits for launches). The
+    device busy for ``busy_fraction`` of it or more: device-bound. In between: partly launch-bound.
     """
     if cpu_side_s <= 0:
         raise ValueError(f"cpu_side_s must be positive, got {cpu_side_s}.")
@@ -367,11 +348,9 @@ FLAT, PROPORTIONAL = 0.3, 0.7
 def batch_scaling(steps: dict[int, Timing | Sequence[float]], label: str = "") -> Diagnosis:
     """What bounds a training step, from its seconds per step (repeats) at two or more batch sizes.
 
-    Step time that stays flat as the batch grows means fixed costs per step (Python, launching each kernel, the
-    optimizer) set the pace: overhead-bound. Step time that grows in proportion to the batch means the arithmetic
-    does: compute-bound. Between the smallest and the largest batch, a growth inside the spread of the repeats
-    (``compare``) counts as flat, one whose repeats overlap the proportional growth as proportional; where both hold,
-    the kind is unclear. ``label`` (a device name) starts the sentence.
+    Flat step time: fixed costs per step set the pace (overhead-bound); time in proportion to the batch: arithmetic
+    does (compute-bound). From the smallest to the largest batch, growth inside the spread counts as flat, growth
+    whose repeats overlap the proportional one as proportional; both at once: unclear. ``label`` starts the sentence.
     """
     if len(steps) < 2:
         raise ValueError(f"Need step times at two or more batch sizes, got {sorted(steps)}.")
@@ -459,10 +438,9 @@ def _share(part: float, whole: float | None) -> str:
 def profile_summary(events: Iterable[Any], device_timeline: bool) -> ProfileSummary:
     """Summarise ``prof.key_averages()``: operators by self time, the CPU-side total and the device total.
 
-    CPU events (``device_type`` CPU) make up the CPU side, ``record_function`` ranges included (their self time is the
-    Python between operators). Device events (kernels, copies) make up the device time, except user ranges mirrored
-    on the device timeline, which span whole steps and would count the kernels inside them again. Rows are the CPU
-    operators; their self device time is that of the kernels they launched. Times in the events are microseconds.
+    The CPU side counts ``record_function`` ranges too (their self time is the Python between operators). The device
+    time leaves out user ranges mirrored on the device timeline, which would count their kernels twice. Rows are the
+    CPU operators, with the self device time of the kernels they launched. Event times are microseconds.
     """
     cpu_side = device = 0.0
     rows = []

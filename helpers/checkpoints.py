@@ -25,41 +25,9 @@ class CorruptCheckpointError(RuntimeError):
     """The file is not a complete PyTorch checkpoint (cut short, damaged, or some other kind of file)."""
 
 
-def _fsync_folder(folder: Path) -> None:
-    """Make the rename itself durable; POSIX only (Windows cannot open a folder as a file)."""
-    if os.name != "posix":
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _create_temporary(path: Path) -> tuple[int, Path]:
-    """Create a new, empty file next to ``path``, with the permissions a plain ``open(path, "wb")`` would give it."""
-    # O_EXCL guarantees the file is new; mode 0o666 lets the kernel apply the user's umask, as open() does.
-    # (tempfile.mkstemp would create it 0o600, and the checkpoint would keep that mode after the rename.)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    while True:
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-        try:
-            return os.open(tmp, flags, 0o666), tmp
-        except FileExistsError:  # a leftover from another save with the same random name: draw again
-            continue
-
-
-def _file_in_the_way(path: Path) -> Path | None:
-    """The first ancestor of ``path`` that exists as something other than a folder, if any."""
-    for parent in reversed(path.parents):
-        if parent.exists() and not parent.is_dir():
-            return parent
-    return None
-
-
 def _folder_for(path: Path) -> None:
     """Create the folder ``path`` goes in; a file in the way or a folder at ``path`` gets a message with the fix."""
-    blocker = _file_in_the_way(path)
+    blocker = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         raise NotADirectoryError(
             f"Cannot save the checkpoint {path}: {blocker} is a file, not a folder. "
@@ -83,8 +51,8 @@ def _folder_for(path: Path) -> None:
 def _noticing_sigint() -> Iterator[list[bool]]:
     """Record whether SIGINT arrived inside the block (its usual handler still runs).
 
-    Ctrl-C during torch.save raises KeyboardInterrupt inside a write that PyTorch's C++ writer called, and the writer
-    reports it as a RuntimeError; the record lets the caller raise the KeyboardInterrupt the user asked for.
+    Ctrl-C inside torch.save's C++ writer comes out as a RuntimeError; the record lets the caller raise the
+    KeyboardInterrupt the user asked for.
     """
     seen = [False]
     previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
@@ -107,14 +75,21 @@ def save_checkpoint(obj: Any, path: str | os.PathLike[str]) -> Path:
     """Save ``obj`` with torch.save atomically: an interrupted save leaves the previous file at ``path`` intact."""
     path = Path(path).expanduser()
     _folder_for(path)
-    # The temporary file sits in the same folder so that os.replace is a rename on one file system, which is atomic.
-    try:
-        fd, tmp_name = _create_temporary(path)
-    except PermissionError:
-        raise PermissionError(
-            f"Cannot save the checkpoint {path}: no permission to write in {path.parent}. "
-            "Fix: save it under a folder you can write to."
-        ) from None
+    # A new temporary file in the same folder, so that os.replace is an atomic rename. Mode 0o666 lets the umask
+    # apply as open() does (tempfile.mkstemp gives 0o600, which the checkpoint would keep after the rename).
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp_name = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp_name, flags, 0o666)
+            break
+        except FileExistsError:  # a leftover from another save with the same random name: draw again
+            continue
+        except PermissionError:
+            raise PermissionError(
+                f"Cannot save the checkpoint {path}: no permission to write in {path.parent}. "
+                "Fix: save it under a folder you can write to."
+            ) from None
     with _noticing_sigint() as interrupted:
         try:
             with os.fdopen(fd, "wb") as f:
@@ -128,7 +103,12 @@ def save_checkpoint(obj: Any, path: str | os.PathLike[str]) -> Path:
             if interrupted[0] and not isinstance(exc, KeyboardInterrupt):
                 raise KeyboardInterrupt(f"save of {path} interrupted; the previous file is unchanged") from None
             raise
-    _fsync_folder(path.parent)
+    if os.name == "posix":  # make the rename itself durable (Windows cannot open a folder as a file)
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
     return path
 
 
@@ -143,43 +123,22 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-def _is_refusal(exc: BaseException) -> bool:
-    """Whether torch.load's weights_only check refused what the file holds (a complete file, shown as is)."""
+def _not_the_files_fault(exc: BaseException) -> bool:
+    """Whether torch.load failed over what a complete file holds (a weights_only refusal) or where its tensors go."""
     text = str(exc)
-    return isinstance(exc, pickle.UnpicklingError) and "Weights only load failed" in text and "operand" not in text
-
-
-def _about_devices(exc: BaseException) -> bool:
-    """Whether torch.load failed over where the tensors should go, not over the bytes of the file."""
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and any(
-        word in text for word in ("CUDA", "MPS", "XPU", "device", "data location", "out of memory")
+    if isinstance(exc, pickle.UnpicklingError):
+        return "Weights only load failed" in text and "operand" not in text
+    return isinstance(exc, torch.OutOfMemoryError) or (
+        isinstance(exc, RuntimeError)
+        and any(word in text for word in ("CUDA", "MPS", "XPU", "device", "data location", "out of memory"))
     )
-
-
-def _check_map_location(map_location: MapLocation) -> None:
-    """A device name torch does not know is a ValueError that lists the usual ones."""
-    names = list(map_location.values()) if isinstance(map_location, dict) else [map_location]
-    for name in names:
-        if isinstance(name, str):
-            try:
-                torch.device(name)
-            except RuntimeError:
-                raise ValueError(
-                    f"map_location={map_location!r}: {name!r} is not a device name. "
-                    "Use a device such as 'cpu', 'cuda', 'cuda:0' or 'mps', or the device you picked "
-                    "(map_location=device)."
-                ) from None
 
 
 def load_checkpoint(path: str | os.PathLike[str], map_location: MapLocation) -> Any:
     """``torch.load(path, map_location=..., weights_only=True)``, with errors that name the file and the fix.
 
-    A missing file is a FileNotFoundError, a folder an IsADirectoryError, and a file that is not a complete checkpoint
-    a CorruptCheckpointError (a RuntimeError). A file holding more than tensors and plain containers is refused by
-    ``weights_only`` with PyTorch's own UnpicklingError.
+    A file that is not a complete checkpoint is a CorruptCheckpointError (a RuntimeError); one holding more than
+    tensors and plain containers is refused by ``weights_only`` with PyTorch's own UnpicklingError.
     """
     path = Path(path).expanduser()
     if path.is_dir():
@@ -193,7 +152,16 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: MapLocation) -> 
             f"No checkpoint at {path}. Run the cell that saves it first (save_checkpoint), or check the path: "
             f"relative paths start from the working directory, {Path.cwd().name!r}."
         )
-    _check_map_location(map_location)
+    for name in list(map_location.values()) if isinstance(map_location, dict) else [map_location]:
+        if isinstance(name, str):
+            try:
+                torch.device(name)
+            except RuntimeError:
+                raise ValueError(
+                    f"map_location={map_location!r}: {name!r} is not a device name. "
+                    "Use a device such as 'cpu', 'cuda', 'cuda:0' or 'mps', or the device you picked "
+                    "(map_location=device)."
+                ) from None
     mapper_failed = [False]
     if callable(map_location):
         user_map = map_location
@@ -208,7 +176,7 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: MapLocation) -> 
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:
-        if mapper_failed[0] or _is_refusal(exc) or _about_devices(exc):
+        if mapper_failed[0] or _not_the_files_fault(exc):
             raise
         if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM):
             raise PermissionError(f"Cannot read the checkpoint {path}: permission denied.") from None

@@ -19,15 +19,9 @@ from torchvision import transforms
 
 ENV_DATA_DIR = "COURSE_DATA_DIR"
 ENV_DATASET = "COURSE_DATASET"
-DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-"""Where Debian's package ``dataset-fashion-mnist`` puts the four .gz files."""
+DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")  # the .gz files of Debian's dataset-fashion-mnist
 
-RAW_FILES = (
-    "train-images-idx3-ubyte",
-    "train-labels-idx1-ubyte",
-    "t10k-images-idx3-ubyte",
-    "t10k-labels-idx1-ubyte",
-)
+RAW_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 DATASETS = {
     "MNIST": {"cls": torchvision.datasets.MNIST, "mean": 0.1307, "std": 0.3081},
@@ -60,12 +54,8 @@ def canonical_name(name: str) -> str:
 
 
 def default_data_dir() -> Path:
-    """``data/`` in the clone when the helpers run from a clone of the course, else a per-user cache folder.
-
-    Resolved from this file, not the working directory, so a lesson opened in JupyterLab (working directory
-    ``notebooks/``) and the course runner (the clone's root) share one folder.
-    """
-    clone = Path(__file__).resolve().parent.parent
+    """``data/`` in the clone when the helpers run from a clone of the course, else a per-user cache folder."""
+    clone = Path(__file__).resolve().parent.parent  # not the working directory: lessons and the runner share one folder
     if (clone / "notebooks").is_dir() and (clone / "pyproject.toml").is_file():
         return clone / "data"
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
@@ -77,25 +67,15 @@ def data_dir(root: str | os.PathLike | None = None) -> Path:
     return Path(root or os.environ.get(ENV_DATA_DIR) or default_data_dir()).expanduser()
 
 
-def _origin(root: str | os.PathLike | None) -> str:
-    """Who chose the data root, for messages: the argument, the environment variable, or the default."""
-    if root:
-        return f"given as root={os.fspath(root)!r}"
-    if os.environ.get(ENV_DATA_DIR):
-        return f"set by {ENV_DATA_DIR}={os.environ[ENV_DATA_DIR]!r}"
-    return "the default data folder"
-
-
-def _fix_for_root(root: str | os.PathLike | None) -> str:
-    if root:
-        return "pass another folder as root=..."
-    if os.environ.get(ENV_DATA_DIR):
-        return f"point {ENV_DATA_DIR} at a folder you can write to (it is created if missing), or unset it"
-    return f"set {ENV_DATA_DIR} to a folder you can write to"
-
-
 def _unusable_root(root: str | os.PathLike | None, exc: OSError, folder: Path) -> DataDirError:
     """The one message for a data root that cannot hold the data, naming who chose it and the fix."""
+    if root:
+        origin, fix = f"given as root={os.fspath(root)!r}", "pass another folder as root=..."
+    elif os.environ.get(ENV_DATA_DIR):
+        origin = f"set by {ENV_DATA_DIR}={os.environ[ENV_DATA_DIR]!r}"
+        fix = f"point {ENV_DATA_DIR} at a folder you can write to (it is created if missing), or unset it"
+    else:
+        origin, fix = "the default data folder", f"set {ENV_DATA_DIR} to a folder you can write to"
     base = data_dir(root)
     blocker = next((p for p in [base, *base.parents] if p.exists() and not p.is_dir()), None)
     if blocker is not None:
@@ -105,8 +85,8 @@ def _unusable_root(root: str | os.PathLike | None, exc: OSError, folder: Path) -
     else:
         why = f"{folder}: {exc.strerror or exc}"
     return DataDirError(
-        f"Cannot use the data folder {base} ({_origin(root)}): {why}. "
-        f"Fix: {_fix_for_root(root)}; the data is unpacked or downloaded there once."
+        f"Cannot use the data folder {base} ({origin}): {why}. "
+        f"Fix: {fix}; the data is unpacked or downloaded there once."
     )
 
 
@@ -155,7 +135,7 @@ def is_present(name: str, root: str | os.PathLike | None = None) -> bool:
 
 
 def _writable(folder: Path, root: str | os.PathLike | None) -> None:
-    """Create ``folder`` (inside the data root); a root that cannot hold it gets one message with the fix."""
+    """Create ``folder``; a data root that cannot hold it raises DataDirError with the fix."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file in the way, no permission, a read-only file system
@@ -164,11 +144,7 @@ def _writable(folder: Path, root: str | os.PathLike | None) -> None:
 
 @contextlib.contextmanager
 def _preparation_lock(name: str, root: str | os.PathLike | None) -> Iterator[None]:
-    """Hold an exclusive lock on ``<root>/<name>/.prepare.lock`` while this process writes the data files.
-
-    A second process preparing the same data waits here, then finds the files complete. The operating system
-    releases the lock when its holder dies, so a killed run never blocks the next one.
-    """
+    """Hold an exclusive lock on ``<root>/<name>/.prepare.lock`` while this process writes the data files."""
     folder = data_dir(root) / canonical_name(name)
     _writable(folder, root)
     lock_path = folder / ".prepare.lock"
@@ -188,17 +164,7 @@ def _preparation_lock(name: str, root: str | os.PathLike | None) -> Iterator[Non
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)  # closing the descriptor releases the lock
-
-
-def _remove_leftovers(folder: Path) -> None:
-    """Delete temporary files of a preparation that was killed; only the holder of the lock calls this."""
-    for leftover in folder.glob(".*.partial"):
-        with contextlib.suppress(FileNotFoundError):
-            leftover.unlink()
-    for old in (folder / f"{f}.partial" for f in RAW_FILES):  # the name an earlier version of this module used
-        with contextlib.suppress(FileNotFoundError):
-            old.unlink()
+        os.close(fd)  # releases the lock, as the OS does when a killed holder dies: it never blocks the next run
 
 
 def _unpack(source_gz: Path, target: Path, root: str | os.PathLike | None) -> None:
@@ -209,11 +175,8 @@ def _unpack(source_gz: Path, target: Path, root: str | os.PathLike | None) -> No
         with gzip.open(source_gz, "rb") as src, open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst)
         problem = idx_problem(tmp)
-        if problem is not None:
-            raise DatasetUnavailableError(f"{source_gz} unpacks to an incomplete file ({problem}). {reinstall}")
-        os.replace(tmp, target)  # atomic: the final name only ever holds a complete file
-    except DatasetUnavailableError:
-        raise
+        if problem is None:
+            os.replace(tmp, target)  # atomic: the final name only ever holds a complete file
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise DatasetUnavailableError(
             f"{source_gz} is damaged ({type(exc).__name__}: {exc or 'it ends too early'}). {reinstall}"
@@ -223,40 +186,34 @@ def _unpack(source_gz: Path, target: Path, root: str | os.PathLike | None) -> No
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
-
-
-def _prepare_offline_locked(name: str, root: str | os.PathLike | None, source: Path) -> bool:
-    folder = raw_dir(name, root)
-    _writable(folder, root)
-    _remove_leftovers(folder)
-    for f in RAW_FILES:
-        if idx_problem(folder / f) is not None:  # missing, or left incomplete: unpack it (again)
-            _unpack(source / f"{f}.gz", folder / f, root)
-    return True
-
-
-def _has_source(name: str, source: Path) -> bool:
-    return canonical_name(name) == "FashionMNIST" and all((source / f"{f}.gz").is_file() for f in RAW_FILES)
+    if problem is not None:
+        raise DatasetUnavailableError(f"{source_gz} unpacks to an incomplete file ({problem}). {reinstall}")
 
 
 def prepare_offline(name: str, root: str | os.PathLike | None = None, source: str | os.PathLike | None = None) -> bool:
     """Unpack Fashion-MNIST from Debian's package into the data root; True if the files are now there.
 
-    The .gz files cannot simply be copied: their checksums differ from torchvision's list, so
-    torchvision's download check rejects them. Unpacked files pass its existence check. A missing or incomplete
-    file is unpacked (again). Processes preparing the same data root at once take turns under a file lock;
-    each writes a temporary file of its own and renames it over the final name when it is complete.
-    ``source=None`` means ``DEBIAN_FASHION_MNIST``.
+    The .gz files cannot simply be copied: their checksums differ from torchvision's list, so its download check
+    rejects them, while unpacked files pass its existence check. ``source=None`` means ``DEBIAN_FASHION_MNIST``.
     """
     source = Path(DEBIAN_FASHION_MNIST if source is None else source)
     if is_present(name, root):
         return True  # nothing to write: a read-only data folder is fine
-    if not _has_source(name, source):
+    if canonical_name(name) != "FashionMNIST" or not all((source / f"{f}.gz").is_file() for f in RAW_FILES):
         return False
     with _preparation_lock(name, root):
         if is_present(name, root):  # another process finished it while this one waited
             return True
-        return _prepare_offline_locked(name, root, source)
+        folder = raw_dir(name, root)
+        _writable(folder, root)
+        # Temporary files of a killed preparation (the bare "<file>.partial" is an earlier version's name).
+        for leftover in [*folder.glob(".*.partial"), *(folder / f"{f}.partial" for f in RAW_FILES)]:
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+        for f in RAW_FILES:
+            if idx_problem(folder / f) is not None:
+                _unpack(source / f"{f}.gz", folder / f, root)
+    return True
 
 
 def downloadable(name: str, timeout: float = 5.0) -> bool:
@@ -272,21 +229,6 @@ def downloadable(name: str, timeout: float = 5.0) -> bool:
         return False
 
 
-def _damaged_message(name: str, root: Path, problems: dict[Path, str]) -> str:
-    files = "\n".join(f"    {path}: {problem}" for path, problem in problems.items())
-    return (
-        f"{name} is on disk but incomplete:\n{files}\n"
-        "Fix: delete the file(s) listed and run again; they are then downloaded (or unpacked) anew."
-    )
-
-
-def _check_root(root: str | os.PathLike | None) -> None:
-    """A data root that is a file, or lies under one, is named at once with the fix."""
-    base = data_dir(root)
-    if any(p.exists() and not p.is_dir() for p in [base, *base.parents]):
-        raise _unusable_root(root, NotADirectoryError(), base)
-
-
 def _missing_message(name: str, root: Path, reason: str) -> str:
     folder = raw_dir(name, root)
     files = "\n".join(f"    {folder / f}" for f in RAW_FILES)
@@ -300,27 +242,10 @@ def _missing_message(name: str, root: Path, reason: str) -> str:
     )
 
 
-def _shown(path: Path) -> str:
-    """A path as a learner would type it: relative when it is near, absolute otherwise."""
-    rel = os.path.relpath(path)
-    return str(path.resolve()) if rel.startswith(os.path.join("..", "..")) else rel
-
-
 def standard_transform(name: str) -> transforms.Compose:
     """ToTensor then Normalize with the dataset's own mean and standard deviation."""
     stats = DATASETS[canonical_name(name)]
     return transforms.Compose([transforms.ToTensor(), transforms.Normalize((stats["mean"],), (stats["std"],))])
-
-
-def _download(cls, name: str, root: Path, train: bool) -> None:
-    quiet = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-            cls(root=str(root), train=train, download=True)
-    except Exception as exc:  # torchvision raises RuntimeError or URLError depending on where it fails
-        raise DatasetUnavailableError(
-            _missing_message(name, root, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
-        ) from None
 
 
 def load_dataset(
@@ -342,23 +267,34 @@ def load_dataset(
     root = data_dir(root)
     cls = DATASETS[name]["cls"]
     transform = standard_transform(name) if transform is None else transform
-    _check_root(given)
+    if any(p.exists() and not p.is_dir() for p in [root, *root.parents]):
+        raise _unusable_root(given, NotADirectoryError(), root)
     if not is_present(name, root):
         prepare_offline(name, given)
     problems = file_problems(name, root)
-    if problems and any(p != "missing" for p in problems.values()):
-        raise DamagedDataError(_damaged_message(name, root, problems))
-    if problems:
+    if problems and all(p == "missing" for p in problems.values()):
         if not download:
             raise DatasetUnavailableError(_missing_message(name, root, "download=False"))
         with _preparation_lock(name, given):  # one download at a time into one folder
             if not is_present(name, root):
-                _download(cls, name, root, train)
-        problems = file_problems(name, root)
-        if problems:  # a download that ended early
-            raise DamagedDataError(_damaged_message(name, root, problems))
+                quiet = io.StringIO()
+                try:
+                    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+                        cls(root=str(root), train=train, download=True)
+                except Exception as exc:  # torchvision raises RuntimeError or URLError depending on where it fails
+                    reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                    raise DatasetUnavailableError(_missing_message(name, root, reason)) from None
+        problems = file_problems(name, root)  # a download can end early
+    if problems:
+        files = "\n".join(f"    {path}: {problem}" for path, problem in problems.items())
+        raise DamagedDataError(
+            f"{name} is on disk but incomplete:\n{files}\n"
+            "Fix: delete the file(s) listed and run again; they are then downloaded (or unpacked) anew."
+        )
     dataset = cls(root=str(root), train=train, transform=transform, download=False)
     if verbose:
-        split = "train" if train else "test"
-        print(f"Loaded {name} {split} split: {len(dataset):,} images from {_shown(root / name)}")
+        shown = os.path.relpath(root / name)  # as a learner would type it, unless it is far away
+        if shown.startswith(os.path.join("..", "..")):
+            shown = str((root / name).resolve())
+        print(f"Loaded {name} {'train' if train else 'test'} split: {len(dataset):,} images from {shown}")
     return dataset

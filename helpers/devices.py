@@ -1,12 +1,10 @@
-"""Choosing a device, validating an explicit request, synchronising, and reporting the environment.
-
-Run ``python -m helpers.devices`` for a report of what PyTorch can see on this machine.
-"""
+"""Choosing, validating and synchronising devices; ``python -m helpers.devices`` reports what PyTorch sees here."""
 
 from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -20,8 +18,7 @@ KNOWN_TYPES = ("cpu", "cuda", "mps", "xpu")
 ENV_DEVICE = "COURSE_DEVICE"
 TORCH_FLOOR = (2, 8)
 """The lowest PyTorch the course supports (requirements.txt says the same; CI runs the course on it)."""
-TORCHVISION_FLOOR = "0.23"
-"""The torchvision released with that PyTorch."""
+TORCHVISION_FLOOR = "0.23"  # the torchvision released with that PyTorch
 PYTHON_FLOOR = (3, 10)
 
 
@@ -43,13 +40,10 @@ def _cuda_fix() -> str:
 
 def _accelerator_available(kind: str) -> bool:
     """Whether a non-CUDA backend ("mps", "xpu") is usable in this process."""
-    if kind == "mps":
-        backend = getattr(torch.backends, "mps", None)
-        return bool(backend is not None and backend.is_available())
-    if kind == "xpu":
-        xpu = getattr(torch, "xpu", None)
-        return bool(xpu is not None and xpu.is_available())
-    return False
+    if kind not in ("mps", "xpu"):
+        return False
+    backend = getattr(torch.backends, "mps", None) if kind == "mps" else getattr(torch, "xpu", None)
+    return bool(backend is not None and backend.is_available())
 
 
 def _arch_supported(index: int) -> bool:
@@ -70,16 +64,6 @@ def _arch_supported(index: int) -> bool:
         if kind == "compute" and (arch_major, arch_minor) <= (major, minor):
             return True
     return False
-
-
-def _unsupported_gpu(index: int) -> DeviceUnavailableError:
-    major, minor = torch.cuda.get_device_capability(index)
-    return DeviceUnavailableError(
-        f"cuda:{index} ({torch.cuda.get_device_name(index)}, compute capability {major}.{minor}) is visible, but this "
-        f"PyTorch build has no kernels for it (it supports {' '.join(torch.cuda.get_arch_list())}): every GPU "
-        "operation would fail with 'no kernel image is available'. On Kaggle choose Accelerator > GPU T4 x2; "
-        'elsewhere use another GPU, a PyTorch build for this one, or "cpu".'
-    )
 
 
 def available_types() -> list[str]:
@@ -114,13 +98,10 @@ def _parse_device_request(preferred: str | torch.device) -> torch.device:
     if isinstance(preferred, torch.device):
         kind, index = preferred.type, preferred.index
     elif isinstance(preferred, str):
-        text = preferred.strip().lower()
-        kind, _, rest = text.partition(":")
-        index = None
-        if rest:
-            if not rest.isdigit():
-                raise ValueError(f"Device {preferred!r}: the part after ':' must be a GPU index such as 'cuda:0'.")
-            index = int(rest)
+        kind, _, rest = preferred.strip().lower().partition(":")
+        if rest and not rest.isdigit():
+            raise ValueError(f"Device {preferred!r}: the part after ':' must be a GPU index such as 'cuda:0'.")
+        index = int(rest) if rest else None
     else:
         raise TypeError(f"pick_device expects a str or torch.device, got {type(preferred).__name__}.")
     if kind not in KNOWN_TYPES:
@@ -150,14 +131,16 @@ def validate(device: str | torch.device) -> torch.device:
             )
         chosen = torch.cuda.current_device() if index is None else index
         if not _arch_supported(chosen):
-            raise _unsupported_gpu(chosen)
+            major, minor = torch.cuda.get_device_capability(chosen)
+            raise DeviceUnavailableError(
+                f"cuda:{chosen} ({torch.cuda.get_device_name(chosen)}, compute capability {major}.{minor}) is visible, "
+                f"but this PyTorch build has no kernels for it (it supports {' '.join(torch.cuda.get_arch_list())}): "
+                "every GPU operation would fail with 'no kernel image is available'. On Kaggle choose Accelerator > "
+                'GPU T4 x2; elsewhere use another GPU, a PyTorch build for this one, or "cpu".'
+            )
     elif kind == "mps" and not _accelerator_available("mps"):
         built = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_built()
-        reason = (
-            "this PyTorch build has MPS, but the machine does not offer it"
-            if built
-            else "this PyTorch build has no MPS"
-        )
+        reason = "this PyTorch build has " + ("MPS, but the machine does not offer it" if built else "no MPS")
         raise DeviceUnavailableError(
             f"MPS was requested but is unavailable ({reason}). MPS needs an Apple-silicon Mac, the macOS wheel of "
             'PyTorch and, for current releases, macOS 14 or later; elsewhere use "auto" or "cpu".'
@@ -248,9 +231,8 @@ def child_output(code: str, env: Mapping[str, str | None] | None = None, timeout
 def hiding_outcome(machine_gpus: int, count: int, tensor_on: str | None) -> str:
     """What a child process shows about hiding GPUs (lesson 01), from what it measured.
 
-    ``machine_gpus``: GPUs the machine shows without the variable. ``count``: what ``torch.cuda.device_count()``
-    said in the child after the variable was set. ``tensor_on``: where a tensor asked for on "cuda" landed, or
-    ``None`` when no GPU would take it.
+    ``machine_gpus``: GPUs seen without the variable; ``count``: the child's ``torch.cuda.device_count()`` with it;
+    ``tensor_on``: where a tensor asked for on "cuda" landed, or ``None`` when no GPU would take it.
     """
     if machine_gpus < 0 or count < 0:
         raise ValueError(f"GPU counts cannot be negative, got machine_gpus={machine_gpus}, count={count}.")
@@ -274,22 +256,6 @@ def runtime() -> str:
     return "local"
 
 
-def _cudnn_version() -> str | None:
-    if not torch.backends.cudnn.is_available():
-        return None
-    v = torch.backends.cudnn.version()  # 92400 means 9.24.0; cuDNN 8 packed 8902 as 8.9.2
-    if v >= 90000:
-        return f"{v // 10000}.{v % 10000 // 100}.{v % 100}"
-    return f"{v // 1000}.{v % 1000 // 100}.{v % 100}"
-
-
-def _auto_choice() -> str:
-    try:
-        return str(pick_device())
-    except (DeviceUnavailableError, ValueError) as exc:
-        return f"nothing: {str(exc).splitlines()[0]}"
-
-
 def environment_report() -> dict[str, Any]:
     """What PyTorch can see here, as data: versions, GPUs, MPS, CPU threads, runtime."""
     try:
@@ -298,22 +264,28 @@ def environment_report() -> dict[str, Any]:
         torchvision_version = torchvision.__version__
     except ImportError:
         torchvision_version = None
-    cudnn = _cudnn_version()
-    gpus = []
-    if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(i)
-            gpus.append(
-                {
-                    "index": i,
-                    "name": props.name,
-                    "memory_gib": round(props.total_memory / 2**30, 1),
-                    "compute_capability": f"{props.major}.{props.minor}",
-                    "multiprocessors": props.multi_processor_count,
-                    "supported_by_this_build": _arch_supported(i),
-                }
-            )
+    cudnn = None
+    if torch.backends.cudnn.is_available():
+        v = torch.backends.cudnn.version()  # 92400 means 9.24.0; cuDNN 8 packed 8902 as 8.9.2
+        major = 10000 if v >= 90000 else 1000
+        cudnn = f"{v // major}.{v % major // 100}.{v % 100}"
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = [
+        {
+            "index": i,
+            "name": props.name,
+            "memory_gib": round(props.total_memory / 2**30, 1),
+            "compute_capability": f"{props.major}.{props.minor}",
+            "multiprocessors": props.multi_processor_count,
+            "supported_by_this_build": _arch_supported(i),
+        }
+        for i, props in enumerate(map(torch.cuda.get_device_properties, range(count)))
+    ]
     mps = getattr(torch.backends, "mps", None)
+    try:
+        auto_device = str(pick_device())
+    except (DeviceUnavailableError, ValueError) as exc:
+        auto_device = f"nothing: {str(exc).splitlines()[0]}"
     return {
         "python": platform.python_version(),
         "platform": platform.platform(terse=True),
@@ -331,21 +303,13 @@ def environment_report() -> dict[str, Any]:
         "cpu_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "runtime": runtime(),
-        "auto_device": _auto_choice(),
+        "auto_device": auto_device,
     }
 
 
 def _release(version: str) -> tuple[int, ...]:
     """(2, 8) from "2.8.0+cu128", (2, 10) from "2.10.0a0+git1234"."""
-    numbers = []
-    for part in version.split("+")[0].split(".")[:2]:
-        digits = ""
-        for ch in part:
-            if not ch.isdigit():
-                break
-            digits += ch
-        numbers.append(int(digits or 0))
-    return tuple(numbers)
+    return tuple(int(re.match(r"\d*", part).group() or 0) for part in version.split("+")[0].split(".")[:2])
 
 
 def version_problems(torch_version: str | None = None, python_version: str | None = None) -> list[str]:
@@ -380,21 +344,14 @@ def format_report(report: dict[str, Any] | None = None) -> str:
         ("cuDNN", r["cudnn"] if r["cudnn"] is not None else "n/a"),
     ]
     for gpu in r["gpus"]:
-        lines.append(
-            (
-                f"GPU {gpu['index']}",
-                f"{gpu['name']}, {gpu['memory_gib']} GiB, compute capability {gpu['compute_capability']}, "
-                f"{gpu['multiprocessors']} SMs"
-                + ("" if gpu.get("supported_by_this_build", True) else " (NOT supported by this PyTorch build)"),
-            )
-        )
+        spec = f"{gpu['name']}, {gpu['memory_gib']} GiB, compute capability {gpu['compute_capability']}"
+        unsupported = "" if gpu.get("supported_by_this_build", True) else " (NOT supported by this PyTorch build)"
+        lines.append((f"GPU {gpu['index']}", f"{spec}, {gpu['multiprocessors']} SMs{unsupported}"))
     if r["cuda_visible_devices"] is not None:
         lines.append(("CUDA_VISIBLE_DEVICES", repr(r["cuda_visible_devices"])))
+    mps = "available" if r["mps_available"] else ("built, not available" if r["mps_built"] else "no")
     lines += [
-        (
-            "MPS (Apple GPU)",
-            "available" if r["mps_available"] else ("built, not available" if r["mps_built"] else "no"),
-        ),
+        ("MPS (Apple GPU)", mps),
         ("XPU (Intel GPU)", "available" if r["xpu_available"] else "no"),
         ("CPU", f"{r['cpu_count']} logical cores, torch uses {r['cpu_threads']} threads"),
         ("Runtime", r["runtime"]),

@@ -297,10 +297,10 @@ def test_hiding_outcome_refuses_negative_counts():
 def test_speed_comparison_clear_gain_and_loss():
     fast = [1e-3, 1.1e-3, 1.2e-3]
     slow = [30e-3, 31e-3, 33e-3]
-    assert timing.speed_comparison("the GPU", fast, "the CPU", slow) == "the GPU was 28x faster than the CPU"
-    assert timing.speed_comparison("the CPU", slow, "the GPU", fast) == "the CPU was 28x slower than the GPU"
-    # medians 1.05 and 2.55: one decimal below 10x
-    assert timing.speed_comparison("a", [1.0, 1.1], "b", [2.5, 2.6]) == "a was 2.4x faster than b"
+    assert timing.speed_comparison("the GPU", fast, "the CPU", slow) == "the GPU was 28.18x faster than the CPU"
+    assert timing.speed_comparison("the CPU", slow, "the GPU", fast) == "the CPU was 28.18x slower than the GPU"
+    # medians 1.05 and 2.55, printed by timing.ratio_text like every ratio in the course
+    assert timing.speed_comparison("a", [1.0, 1.1], "b", [2.5, 2.6]) == "a was 2.43x faster than b"
 
 
 def test_speed_comparison_inside_the_spread_is_no_clear_difference():

@@ -1,12 +1,6 @@
 """What every lesson does first and last: settle its settings, and record the figures the course runner reports.
 
-The environment variables below let the course runner, the tests and CI steer a notebook without editing it:
-a learner who sets none of them gets the defaults written in the notebook's parameters cell.
-
-- ``COURSE_DEVICE``: the device ``"auto"`` resolves to (see ``helpers.devices.pick_device``).
-- ``COURSE_QUICK=1``: small sizes, so a notebook runs in seconds (1/0, true/false, yes/no, on/off; anything else is
-  refused with a message naming the variable).
-- ``COURSE_DATASET``: the dataset to use instead of the notebook's default (e.g. ``FashionMNIST`` offline).
+The runner, tests and CI steer a notebook unedited with ``COURSE_DEVICE``, ``COURSE_QUICK=1`` and ``COURSE_DATASET``.
 """
 
 from __future__ import annotations
@@ -22,7 +16,6 @@ import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any
 
 import torch
@@ -31,27 +24,19 @@ from helpers import devices
 from helpers.data import ENV_DATASET, canonical_name
 
 ENV_QUICK = "COURSE_QUICK"
-RECORD_MIME = "application/vnd.pytorch-gpu-course.record+json"
-"""Notebook outputs of this type carry figures for the course runner's table."""
+RECORD_MIME = "application/vnd.pytorch-gpu-course.record+json"  # outputs carrying figures for the runner's table
 
 
 class ParameterError(ValueError):
-    """A lesson parameter or a COURSE_* variable has a value the lesson cannot use; the message names the fix.
+    """A lesson parameter or a COURSE_* variable has a value the lesson cannot use; the message names the fix."""
 
-    Jupyter shows it as its one-line message, without a traceback (``_render_traceback_``); Run all stops there.
-    """
-
-    def _render_traceback_(self) -> list[str]:
+    def _render_traceback_(self) -> list[str]:  # Jupyter shows this one line instead of a traceback
         return [f"ParameterError: {self}"]
 
 
 @dataclass(frozen=True)
 class Settings:
-    """What a lesson runs with, after the environment has had its say.
-
-    ``params`` holds the validated keyword parameters given to ``start`` (e.g. ``params["epochs"]``), booleans as
-    True or False whichever spelling the notebook used.
-    """
+    """What a lesson runs with, after the environment has had its say; ``params``: the checked keyword parameters."""
 
     device: torch.device
     quick: bool
@@ -82,10 +67,7 @@ def parse_flag(value: object) -> bool | None:
 
 
 def env_flag(name: str) -> bool:
-    """Whether the environment variable is set to 1, true, yes or on (unset, empty, 0, false, no or off: False).
-
-    Any other value raises ParameterError naming the variable: a typo must not silently choose a mode.
-    """
+    """Whether variable ``name`` is a yes word (unset, empty or a no word: False); anything else: ParameterError."""
     raw = os.environ.get(name, "")
     if not raw.strip():
         return False
@@ -142,9 +124,7 @@ PARAMETERS: dict[str, tuple[str, object]] = {
     "target": ("accuracy", 0.88),
     "runs": ("positive int", 3),
 }
-"""The lesson parameters ``start`` validates: keyword name -> (kind, an example value for the message).
-
-The parameters cell spells each name in capitals (``epochs=EPOCHS``), and messages use that spelling."""
+"""Keyword parameters ``start`` checks: name -> (kind, example); messages use the capitals of the parameters cell."""
 
 
 def check_parameter(name: str, value: object) -> object:
@@ -181,12 +161,10 @@ def seed_everything(seed: int) -> None:
     """Seed Python's, NumPy's (if installed) and PyTorch's generators on every device."""
     random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
-    try:
+    with contextlib.suppress(ImportError):
         import numpy as np
 
         np.random.seed(seed)
-    except ImportError:
-        pass
 
 
 def _dataset(dataset: str) -> tuple[str, str]:
@@ -204,9 +182,8 @@ def _dataset(dataset: str) -> tuple[str, str]:
         raise ParameterError(
             f"{ENV_DATASET}={override!r} is set in the environment: {exc} Set it to one of those, or unset it."
         ) from None
-    if chosen == named:
-        return chosen, f" (from {ENV_DATASET})"
-    return chosen, f" (from {ENV_DATASET}, instead of the notebook's DATASET = {dataset!r})"
+    instead = "" if chosen == named else f", instead of the notebook's DATASET = {dataset!r}"
+    return chosen, f" (from {ENV_DATASET}{instead})"
 
 
 def start(
@@ -218,11 +195,8 @@ def start(
 ) -> Settings:
     """Resolve a lesson's parameters against the environment, validate them, seed, and print one line of settings.
 
-    ``quick`` accepts True/False and the strings 1/0, true/false, yes/no, on/off (any case); ``COURSE_QUICK`` can
-    turn it on. Numeric parameters are passed by keyword and checked against ``PARAMETERS``, e.g.
-    ``lesson.start(DEVICE, QUICK, DATASET, epochs=EPOCHS, lr=LR)``; the checked values are ``settings.params``.
-    A value the lesson cannot use raises ParameterError, which names the parameter, its value and what is allowed,
-    before any work starts.
+    ``COURSE_QUICK`` can turn ``quick`` on. Keyword parameters (``epochs=EPOCHS``) are checked against ``PARAMETERS``.
+    A value the lesson cannot use raises ParameterError, naming it and what is allowed, before any work starts.
     """
     flag = parse_flag(quick)
     if flag is None:
@@ -255,11 +229,7 @@ def headline(label: str, value: str) -> None:
 
 
 def format_rows(rows: Sequence[Sequence[object]], right: Sequence[int] = ()) -> str:
-    """A plain-text table: ``rows[0]`` is the header, a dashed rule goes under it, every column is as wide as its widest
-    cell, the columns numbered in ``right`` are right-aligned, and no line ends in spaces.
-
-    The one table printer of the course: the pipeline benchmark, the placement report and the speedrun ladder use it.
-    """
+    """The course's one plain-text table printer: ``rows[0]`` is the header; the columns in ``right`` align right."""
     cells = [[str(c) for c in row] for row in rows]
     if not cells:
         return ""
@@ -292,25 +262,14 @@ class CaughtError:
     line: str = ""
 
 
-def _raising_line(exc: BaseException, block: FrameType) -> str:
-    """``line N: source`` of the block's own line that raised (the cell's line, not one deep inside a library)."""
-    found = [lineno for frame, lineno in traceback.walk_tb(exc.__traceback__) if frame is block]
-    if not found:
-        return ""
-    source = linecache.getline(block.f_code.co_filename, found[-1], block.f_globals).strip()
-    return f"line {found[-1]}: {source}"
-
-
 @contextlib.contextmanager
 def expect_error(
     kind: type[BaseException] | tuple[type[BaseException], ...], match: str | None = None
 ) -> Iterator[CaughtError]:
     """Run a block that must raise ``kind`` (its message matching the regular expression ``match``), and go on.
 
-    The error is shown as a learner would meet it (the line of the block that raised it, then type and message) on
-    stderr, so a notebook front end shows it as an error, and the cell ends normally, so "Run all" carries on.
-    If the block raises nothing, or another error, or a message that does not match, ErrorExpectationFailed is
-    raised: a lesson whose point has gone stale fails instead of printing nothing. Taught in lesson 00.
+    The error is shown on stderr (the block's line that raised, then type and message) and the cell ends normally.
+    Anything else raises ErrorExpectationFailed: a lesson whose point has gone stale fails. Taught in lesson 00.
     """
     block = sys._getframe(2)  # the cell (or function) holding the ``with`` statement
     caught = CaughtError()
@@ -324,7 +283,11 @@ def expect_error(
             raise ErrorExpectationFailed(
                 f"expected {wanted} with a message matching {match!r}, got {type(exc).__name__}: {message}"
             ) from exc
-        caught.error, caught.line = exc, _raising_line(exc, block)
+        found = [lineno for frame, lineno in traceback.walk_tb(exc.__traceback__) if frame is block]
+        if found:  # the block's own line, not one deep inside a library
+            source = linecache.getline(block.f_code.co_filename, found[-1], block.f_globals).strip()
+            caught.line = f"line {found[-1]}: {source}"
+        caught.error = exc
         shown = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
         sys.stdout.flush()
         print(f"{caught.line}\n{shown}" if caught.line else shown, file=sys.stderr, flush=True)

@@ -1,11 +1,11 @@
 """Accelerator memory: what the caching allocator holds, the peak, and the largest batch size that fits.
 
-PyTorch reports these figures for CUDA devices (current and peak), for Apple's MPS (current only) and, through
-``torch.accelerator``, for other accelerators; on the CPU the functions here say so instead of guessing.
+PyTorch reports these figures for CUDA, MPS (no peaks) and, through ``torch.accelerator``, other accelerators.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,27 +16,22 @@ import torch
 
 @dataclass(frozen=True)
 class MemoryStats:
-    """Bytes held by PyTorch's caching allocator on one device; a peak is None where the backend does not track it."""
+    """Bytes held by PyTorch's caching allocator on one device; a peak is None where the backend does not track it.
+
+    ``allocated``: in live tensors. ``reserved``: held from the driver, allocated plus cached freed blocks (on MPS, what
+    the Metal driver holds for the process, Apple's frameworks included). Peaks: since ``reset_peak_memory_stats``.
+    """
 
     allocated: int
-    """Bytes in live tensors right now."""
     reserved: int
-    """Bytes the allocator holds from the driver: allocated plus its cache of freed blocks.
-
-    On MPS this is ``torch.mps.driver_allocated_memory()``: what the Metal driver holds for the process, which also
-    counts memory used by Apple's frameworks."""
     peak_allocated: int | None = None
-    """Most bytes in live tensors since the last peak reset (``torch.cuda.reset_peak_memory_stats``)."""
     peak_reserved: int | None = None
-    """Most bytes reserved since the last peak reset (``torch.cuda.reset_peak_memory_stats``)."""
 
     def __str__(self) -> str:
         parts = [f"allocated {format_bytes(self.allocated)}", f"reserved {format_bytes(self.reserved)}"]
-        if self.peak_allocated is not None:
-            parts.append(f"peak allocated {format_bytes(self.peak_allocated)}")
-        if self.peak_reserved is not None:
-            parts.append(f"peak reserved {format_bytes(self.peak_reserved)}")
-        if self.peak_allocated is None and self.peak_reserved is None:
+        peaks = (("peak allocated", self.peak_allocated), ("peak reserved", self.peak_reserved))
+        parts += [f"{name} {format_bytes(value)}" for name, value in peaks if value is not None]
+        if len(parts) == 2:
             parts.append("no peak figures on this backend")
         return " | ".join(parts)
 
@@ -57,8 +52,7 @@ def _backend(device: str | torch.device) -> str | None:
     if device.type == "cuda":
         return "cuda" if torch.cuda.is_available() else None
     if device.type == "mps":
-        mps_ok = torch.backends.mps.is_available() and hasattr(torch.mps, "current_allocated_memory")
-        return "mps" if mps_ok else None
+        return "mps" if torch.backends.mps.is_available() and hasattr(torch.mps, "current_allocated_memory") else None
     if device.type == "cpu":
         return None
     # Other accelerators (XPU, ...) on a torch that has the device-generic memory API (torch >= 2.9; 2.8 lacks it).
@@ -73,24 +67,21 @@ def memory_stats(device: str | torch.device) -> MemoryStats | None:
     """The allocator's current (and, where tracked, peak) figures for ``device``; None where PyTorch has none."""
     backend = _backend(device)
     device = torch.device(device)
-    if backend == "cuda":
-        return MemoryStats(
-            allocated=torch.cuda.memory_allocated(device),
-            reserved=torch.cuda.memory_reserved(device),
-            peak_allocated=torch.cuda.max_memory_allocated(device),
-            peak_reserved=torch.cuda.max_memory_reserved(device),
-        )
     if backend == "mps":  # the MPS allocator keeps no peak figures
         return MemoryStats(allocated=torch.mps.current_allocated_memory(), reserved=torch.mps.driver_allocated_memory())
-    if backend == "accelerator":
-        index = device.index if device.index is not None else torch.accelerator.current_device_index()
-        return MemoryStats(
-            allocated=torch.accelerator.memory_allocated(index),
-            reserved=torch.accelerator.memory_reserved(index),
-            peak_allocated=torch.accelerator.max_memory_allocated(index),
-            peak_reserved=torch.accelerator.max_memory_reserved(index),
-        )
-    return None
+    if backend == "cuda":
+        api, where = torch.cuda, device
+    elif backend == "accelerator":
+        api = torch.accelerator
+        where = device.index if device.index is not None else api.current_device_index()
+    else:
+        return None
+    return MemoryStats(
+        allocated=api.memory_allocated(where),
+        reserved=api.memory_reserved(where),
+        peak_allocated=api.max_memory_allocated(where),
+        peak_reserved=api.max_memory_reserved(where),
+    )
 
 
 def memory_report(device: str | torch.device, label: str = "") -> str:
@@ -106,11 +97,7 @@ def memory_report(device: str | torch.device, label: str = "") -> str:
 
 
 def release_cached_memory(device: str | torch.device | None = None) -> None:
-    """Collect Python garbage, then hand the allocator's unused cached blocks back to the driver.
-
-    Live tensors are untouched: ``empty_cache`` only returns memory nothing refers to any more. With ``device``
-    None, every CUDA device's cache is emptied.
-    """
+    """Collect garbage, then hand the allocator's unused cached blocks back (``device`` None: every CUDA GPU's)."""
     gc.collect()  # tensors kept alive only by reference cycles are freed here, before the cache is emptied
     backend = "cuda" if device is None else _backend(device)
     if backend == "cuda" and torch.cuda.is_available():
@@ -123,11 +110,10 @@ def release_cached_memory(device: str | torch.device | None = None) -> None:
 
 @dataclass(frozen=True)
 class BatchSearch:
-    """The outcome of ``largest_batch_size``: the answer and every size tried, in order."""
+    """The outcome of ``largest_batch_size``: the answer and every (batch size, fitted) tried, in order."""
 
     largest: int
     tried: list[tuple[int, bool]] = field(repr=False)
-    """(batch size, fitted) for each try."""
 
     def __str__(self) -> str:
         steps = ", ".join(f"{size} {'fits' if ok else 'OOM'}" for size, ok in self.tried)
@@ -147,12 +133,10 @@ def largest_batch_size(
 ) -> BatchSearch:
     """Find the largest batch size for which ``step_fn(batch_size)`` runs without ``torch.cuda.OutOfMemoryError``.
 
-    Tries ``start``. If it runs out of memory, the size is halved until one fits (down to ``min_size``). If it
-    fits and ``max_size`` is given, the size is doubled until a try fails or ``max_size`` has fitted; without
-    ``max_size``, ``start`` is the upper bound. With ``refine``, it then bisects between the largest size that
-    fitted and the smallest that failed until they are at most ``resolution`` apart. Cached memory is released
-    between tries (``clear``, by default ``release_cached_memory(device)``). Any other exception propagates; if
-    even ``min_size`` does not fit, the last out-of-memory error is raised again.
+    From ``start``, halves the size until one fits (down to ``min_size``), or doubles it until a try fails or
+    ``max_size`` (default: ``start``) has fitted; with ``refine``, then bisects to within ``resolution``. ``clear``
+    runs after every try (default: ``release_cached_memory(device)``). Other exceptions propagate; if even
+    ``min_size`` does not fit, the last out-of-memory error is raised again.
     """
     for name, value in (("start", start), ("min_size", min_size), ("resolution", resolution)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -162,10 +146,7 @@ def largest_batch_size(
     if max_size is not None and (isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < start):
         raise ValueError(f"max_size must be an integer no smaller than start ({start}), got {max_size!r}.")
     if clear is None:
-
-        def clear() -> None:
-            release_cached_memory(device)
-
+        clear = functools.partial(release_cached_memory, device)
     tried: list[tuple[int, bool]] = []
     last_error: BaseException | None = None
 
@@ -175,11 +156,9 @@ def largest_batch_size(
         try:
             step_fn(size)
         except torch.cuda.OutOfMemoryError as error:
-            # Keep only the message: the traceback's frames would keep the failed try's tensors alive.
-            last_error = type(error)(str(error))
+            last_error = type(error)(str(error))  # only the message: the traceback would keep the try's tensors alive
             ok = False
-        # Outside the except block, so nothing from the failed try is still referenced when the cache is emptied.
-        clear()
+        clear()  # outside the except block, so that nothing of the failed try is still referenced
         tried.append((size, ok))
         return ok
 
@@ -204,11 +183,7 @@ def largest_batch_size(
             if fits(size):
                 good = size
                 break
-    if refine and bad is not None:
-        while bad - good > resolution:
-            middle = (good + bad) // 2
-            if fits(middle):
-                good = middle
-            else:
-                bad = middle
+    while refine and bad is not None and bad - good > resolution:
+        middle = (good + bad) // 2
+        good, bad = (middle, bad) if fits(middle) else (good, middle)
     return BatchSearch(largest=good, tried=tried)

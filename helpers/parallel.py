@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import logging
 import multiprocessing.connection
 import os
@@ -19,22 +20,19 @@ from typing import IO, Any, NamedTuple, TypeVar
 
 import torch
 
-PREFIX = "module."
-"""What a wrapper adds in front of every key of the wrapped model's state dict (the wrapper's attribute name)."""
+PREFIX = "module."  # what a wrapper adds in front of every key of the wrapped model's state dict
 
 V = TypeVar("V")
 
 
 def strip_module_prefix(state_dict: Mapping[str, V]) -> OrderedDict[str, V]:
-    """A copy of ``state_dict`` with one leading "module." removed from each key that has it; other keys unchanged."""
-    # Only the leading prefix: a layer may itself be called "module" further down (e.g. "encoder.module.weight").
+    """A copy of ``state_dict`` with a leading "module." removed from each key (not a later one: ``enc.module.w``)."""
     stripped: OrderedDict[str, V] = OrderedDict((key.removeprefix(PREFIX), value) for key, value in state_dict.items())
     if len(stripped) != len(state_dict):
         raise ValueError('Stripping "module." would merge two keys; this state dict mixes wrapped and unwrapped keys.')
     metadata = getattr(state_dict, "_metadata", None)
     if metadata is not None:
-        # load_state_dict reads per-module versions from _metadata, keyed by module path, so strip those too.
-        # The wrapper's own path "module" becomes the root "".
+        # load_state_dict reads per-module versions from _metadata, keyed by module path; "module" becomes the root "".
         paths = (("" if k == PREFIX[:-1] else k.removeprefix(PREFIX), v) for k, v in metadata.items())
         stripped._metadata = OrderedDict(paths)  # type: ignore[attr-defined]
     return stripped
@@ -49,11 +47,7 @@ def replica_split(batch_size: int, num_gpus: int) -> list[int]:
 
 @contextlib.contextmanager
 def child_stderr() -> Iterator[list[str]]:
-    """Collect what processes started inside the block write to standard error, as a list of lines, filled on exit.
-
-    Children inherit descriptor 2, so their tracebacks bypass ``sys.stderr`` (some Jupyter front ends never show
-    them). torch.multiprocessing's warning that it terminates the other children is held back: it names process ids.
-    """
+    """Collect the lines child processes started in the block write to descriptor 2 (not ``sys.stderr``), on exit."""
     lines: list[str] = []
     spawn_log = logging.getLogger("torch.multiprocessing.spawn")
     level = spawn_log.level
@@ -61,7 +55,7 @@ def child_stderr() -> Iterator[list[str]]:
     saved = os.dup(2)
     with tempfile.TemporaryFile(mode="w+b") as sink:
         os.dup2(sink.fileno(), 2)
-        spawn_log.setLevel(logging.ERROR)
+        spawn_log.setLevel(logging.ERROR)  # its warning that it terminates the other children names process ids
         try:
             yield lines
         finally:
@@ -73,10 +67,9 @@ def child_stderr() -> Iterator[list[str]]:
 
 
 def wait_for_exit(processes: Sequence[Any], timeout: float) -> None:
-    """Wait until every one of ``processes`` (multiprocessing) has exited; after ``timeout`` s, stop them, TimeoutError.
+    """Wait until all ``processes`` (multiprocessing) have exited; after ``timeout`` s stop them and raise TimeoutError.
 
-    ``ProcessContext.join`` called after this finds every child ended and checks them in order: when several fail alike
-    it names the lowest-numbered one every time, not whichever the operating system reported first.
+    ``ProcessContext.join`` then checks the ended children in order: of several alike failures, it names the first.
     """
     deadline = time.monotonic() + timeout
     running = [p for p in processes if p.exitcode is None]
@@ -95,26 +88,19 @@ def wait_for_exit(processes: Sequence[Any], timeout: float) -> None:
 
 
 SCRIPT = "helpers.ddp_train"
-STOP_GRACE = 40.0
-"""Seconds torchrun gets to stop its workers after SIGTERM (it gives them 30 s) before it is killed."""
-CPU_PROCESSES = 2
-"""How many gloo processes a plan without GPUs starts: the fewest that have something to synchronise."""
-
-
-def _torchrun_args(nproc: int, script_args: Sequence[str], module: str) -> list[str]:
-    """What follows ``torchrun`` on the command line (--standalone: a rendezvous on this machine, on a free port)."""
-    return ["--standalone", f"--nproc_per_node={nproc}", "-m", module, *script_args]
+STOP_GRACE = 40.0  # seconds torchrun gets to stop its workers after SIGTERM (it gives them 30 s) before it is killed
+CPU_PROCESSES = 2  # gloo processes in a plan without GPUs: the fewest that have something to synchronise
 
 
 def torchrun_command(nproc: int, script_args: Sequence[str] = (), module: str = SCRIPT) -> list[str]:
-    """``torchrun --standalone --nproc_per_node=N -m helpers.ddp_train ...`` run by this Python (same environment)."""
-    # python -m torch.distributed.run is what the torchrun command runs; no PATH lookup can pick another Python.
-    return [sys.executable, "-m", "torch.distributed.run", *_torchrun_args(nproc, script_args, module)]
+    """``torchrun --standalone ...`` as ``python -m torch.distributed.run``: this Python, never another on PATH."""
+    args = ["--standalone", f"--nproc_per_node={nproc}", "-m", module, *script_args]
+    return [sys.executable, "-m", "torch.distributed.run", *args]
 
 
 def torchrun_line(nproc: int, script_args: Sequence[str] = (), module: str = SCRIPT) -> str:
     """The same launch as one would type it in a terminal: ``torchrun --standalone ...``."""
-    return shlex.join(["torchrun", *_torchrun_args(nproc, script_args, module)])
+    return shlex.join(["torchrun", *torchrun_command(nproc, script_args, module)[3:]])
 
 
 class ProcessPlan(NamedTuple):
@@ -125,7 +111,6 @@ class ProcessPlan(NamedTuple):
     device: str
 
     def describe(self) -> str:
-        """One line a learner reads: what will run, and why."""
         if self.backend == "nccl":
             s = "s" if self.nproc > 1 else ""
             return f"{self.nproc} process{'es' if s else ''} with nccl, one per visible GPU ({self.nproc} GPU{s})"
@@ -133,11 +118,7 @@ class ProcessPlan(NamedTuple):
 
 
 def process_plan(device_type: str, gpu_count: int) -> ProcessPlan:
-    """One process per visible GPU with nccl when the lesson's device is a CUDA GPU; else two CPU processes, gloo.
-
-    A machine with one GPU runs one nccl process: DDP over a world of one, with the same ``set_device`` and nccl
-    set-up as on eight GPUs. Other accelerators (MPS, XPU) and the CPU get gloo on CPU processes.
-    """
+    """One nccl process per visible GPU when the lesson's device is CUDA (even one); else two CPU processes, gloo."""
     if gpu_count < 0:
         raise ValueError(f"gpu_count cannot be negative, got {gpu_count}.")
     if device_type == "cuda" and gpu_count >= 1:
@@ -154,47 +135,25 @@ def fail_rank_problem(fail_rank: int, world_size: int) -> str | None:
     """Why ``--fail-rank`` cannot work with ``world_size`` processes, with the fix; None when it can."""
     if fail_rank == -1 or 0 <= fail_rank < world_size:
         return None
-    ranks = "0" if world_size == 1 else f"0 to {world_size - 1}"
+    ranks, es = ("0", "") if world_size == 1 else (f"0 to {world_size - 1}", "es")
     return (
-        f"--fail-rank {fail_rank} names no rank of this job: with {world_size} process"
-        f"{'es' if world_size != 1 else ''} the ranks are {ranks}. Pick one of them, or -1 (the default) for no "
-        "failing rank."
+        f"--fail-rank {fail_rank} names no rank of this job: with {world_size} process{es} the ranks are {ranks}. "
+        "Pick one of them, or -1 (the default) for no failing rank."
     )
-
-
-def _fail_rank_in(script_args: Sequence[str]) -> int | None:
-    """The value of ``--fail-rank`` in ``script_args``, if it is there and an integer (else the script complains)."""
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--fail-rank")
-    found = p.parse_known_args(script_args)[0].fail_rank
-    return int(found) if found is not None and found.lstrip("-").isdigit() else None
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """End torchrun so that it takes its workers with it: SIGTERM first, SIGKILL only if it does not exit."""
-    # SIGKILL (what subprocess.run sends on a timeout) cannot be caught: torchrun would die at once and leave its
-    # workers, which run in sessions of their own, alive. On SIGTERM it stops them (SIGTERM, then SIGKILL after its
-    # own 30 s) and exits.
-    process.terminate()
-    try:
-        process.wait(timeout=STOP_GRACE)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def torchrun(
     nproc: int, script_args: Sequence[str] = (), timeout: float = 120.0, module: str = SCRIPT
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``module`` (the lesson 07 script by default) under torchrun from a notebook and capture its output.
+    """Run ``module`` (the lesson 07 script by default) under torchrun and capture its output; no worker outlives it.
 
-    After ``timeout`` seconds (or on Ctrl-C / a kernel interrupt) torchrun is asked to stop its workers and exit;
-    a timeout then raises subprocess.TimeoutExpired carrying the output so far. No worker is left running.
-    A ``--fail-rank`` that names no rank of ``nproc`` processes raises ValueError before anything starts.
+    A timeout raises subprocess.TimeoutExpired with the output so far; a bad ``--fail-rank`` raises ValueError first.
     """
-    fail_rank = _fail_rank_in(script_args)
-    if module == SCRIPT and fail_rank is not None:  # refuse what the script would refuse, before anything starts
-        problem = fail_rank_problem(fail_rank, nproc)
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--fail-rank")
+    fail_rank = parser.parse_known_args(script_args)[0].fail_rank
+    if module == SCRIPT and fail_rank is not None and fail_rank.lstrip("-").isdigit():  # else the script complains
+        problem = fail_rank_problem(int(fail_rank), nproc)
         if problem:
             raise ValueError(problem)
     command = torchrun_command(nproc, script_args, module)
@@ -204,13 +163,18 @@ def torchrun(
         process = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=env)
         try:
             process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _stop(process)
+        except BaseException as exc:  # the timeout, or KeyboardInterrupt: the notebook's stop button
+            # SIGTERM: torchrun then stops its workers (in sessions of their own) and exits; SIGKILL would orphan them.
+            process.terminate()
+            try:
+                process.wait(timeout=STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            if not isinstance(exc, subprocess.TimeoutExpired):
+                raise
             out.seek(0), err.seek(0)
             raise subprocess.TimeoutExpired(command, timeout, output=out.read(), stderr=err.read()) from None
-        except BaseException:  # KeyboardInterrupt: the notebook's stop button
-            _stop(process)
-            raise
         out.seek(0), err.seek(0)
         return subprocess.CompletedProcess(command, process.returncode, out.read(), err.read())
 
@@ -221,26 +185,16 @@ def root_cause(stderr: str) -> list[str]:
     starts = [i for i, line in enumerate(lines) if line.startswith("Root Cause")]
     if not starts:
         return []
-    block = []
-    for line in lines[starts[-1] + 1 :]:
-        if line.startswith("="):
-            break
-        block.append(line.strip())
-    found = []
-    for text in block:
-        key, _, value = text.partition(":")
-        if key.strip() in ("rank", "exitcode"):
-            found.append(f"{key.strip()}: {value.split('(pid')[0].strip()}")
+    after = lines[starts[-1] + 1 :]
+    block = [line.strip() for line in itertools.takewhile(lambda line: not line.startswith("="), after)]
+    fields = [(key.strip(), value) for key, _, value in (text.partition(":") for text in block)]
+    found = [f"{key}: {value.split('(pid')[0].strip()}" for key, value in fields if key in ("rank", "exitcode")]
     found += [text for text in block if text][-1:]  # with @record in the worker, the traceback ends with the error
     return found
 
 
 def say(line: str, stream: IO[str] | None = None) -> None:
-    """Print one line with a single write, so that lines of processes sharing a terminal or file never interleave.
-
-    ``print`` writes the text and the newline separately when the stream is unbuffered (``python -u``,
-    ``PYTHONUNBUFFERED=1``), and another rank's line can land between the two.
-    """
+    """Print one line in one write (unbuffered, ``print`` writes the newline apart): ranks' lines never interleave."""
     stream = sys.stdout if stream is None else stream
     stream.flush()  # whatever this process printed before goes out first
     data = (line + "\n").encode(getattr(stream, "encoding", None) or "utf-8", errors="replace")
@@ -254,8 +208,8 @@ def say(line: str, stream: IO[str] | None = None) -> None:
         data = data[os.write(fd, data) :]
 
 
+# How gloo words a collective whose peer process has exited (torch 2.8 says it at once; 2.14 may just wait).
 PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
-"""How gloo words a collective whose peer process has exited (torch 2.8 says it at once; 2.14 may just wait)."""
 
 
 def lost_a_peer(exc: BaseException) -> bool:

@@ -1,13 +1,13 @@
-"""Where does every tensor live? A table of a model's parameters, buffers and plain tensor attributes, and of every
-tensor in a nested batch, with the odd ones out named: the usual cause of a device-mismatch error.
+"""Where does every tensor of a model and a batch live? A table that names the odd ones out of a device mismatch.
 
-Also the second device lessons 02 to 04 raise mismatch errors with: the real GPU where there is one, else a stand-in
-(fake CUDA tensors, or the ``meta`` device), and the line that says which of the two raised an error.
+Also the second device lessons 02 to 04 raise mismatch errors with: the real GPU, else a stand-in (fake CUDA
+tensors, or the ``meta`` device), and the line that says which of the two raised an error.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,11 +21,7 @@ from helpers.transfer import map_batch
 
 @dataclass(frozen=True)
 class Placement:
-    """One tensor: its name (``model.fc.weight``, ``batch['labels']``), what it is, and where it lives.
-
-    ``kind`` is "parameter", "buffer", "attribute" (a plain tensor attribute of a module, which ``.to()`` leaves
-    behind) or "batch".
-    """
+    """Where one tensor lives; ``kind``: "parameter", "buffer", "attribute" (``.to()`` leaves it behind) or "batch"."""
 
     name: str
     kind: str
@@ -56,11 +52,8 @@ def module_tensors(module: nn.Module, prefix: str = "model") -> Iterator[tuple[s
 
 def placements(model: nn.Module | None = None, batch: Any = None, **more: Any) -> list[Placement]:
     """Where each tensor of ``model``, ``batch`` and any named extra modules or batches (``loss_fn=...``) lives."""
-    sources = {"model": model, "batch": batch, **more}
     found = []
-    for prefix, source in sources.items():
-        if source is None:
-            continue
+    for prefix, source in {"model": model, "batch": batch, **more}.items():  # a None source has no tensors
         if isinstance(source, nn.Module):
             entries = module_tensors(source, prefix)
         else:
@@ -125,15 +118,8 @@ def report(
     return odd
 
 
-# --- stand-ins for a GPU, for raising mismatch errors on a machine without one ------------------------------------
-
-
 def error_origin(device: str | torch.device, fake: bool = False) -> str:
-    """The line a lesson prints above an error: a real CUDA error, or which stand-in raised it and why.
-
-    ``device`` is the second device the error is about (``cuda:0``, or ``meta`` without a GPU); ``fake`` says that
-    the CUDA tensors were fake ones (``cuda_or_fake`` on a machine without a GPU).
-    """
+    """The line a lesson prints above an error about ``device``: a real CUDA error, or which stand-in raised it."""
     device = torch.device(device)
     if device.type == "cuda" and not fake:
         return "Real CUDA error, raised by the GPU:"
@@ -141,13 +127,8 @@ def error_origin(device: str | torch.device, fake: bool = False) -> str:
     return f"Stand-in error from {what} (this machine has no GPU):"
 
 
-def _announce(line: str) -> None:
-    """Print ``line`` on stdout before the error itself reaches stderr (``expect_error`` flushes stdout first)."""
-    print(line, flush=True)
-
-
+# Errors ``cuda_or_fake`` labels as real or stand-in: device mismatches, and the index-device check on a GPU.
 ANNOUNCED = (RuntimeError, IndexError)
-"""Errors ``cuda_or_fake`` labels as real or stand-in: device mismatches, and the index-device check on a GPU."""
 
 
 def gpu_or_meta() -> torch.device:
@@ -157,49 +138,31 @@ def gpu_or_meta() -> torch.device:
     return torch.device("meta")
 
 
-_FAKE_MODE: Any = None
-
-
+@functools.cache
 def _fake_mode() -> Any:
     """One FakeTensorMode per process, so fake tensors made in one ``with`` block can be used in the next."""
-    global _FAKE_MODE
-    if _FAKE_MODE is None:
-        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # private: imported only when needed
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # private: imported only when needed
 
-        class MovesRealTensorsAsFakes(FakeTensorMode):
-            """Fakes a real tensor before copying it to another device, instead of copying it for real.
+    class MovesRealTensorsAsFakes(FakeTensorMode):
+        """Fakes a real tensor before copying it to another device: older releases (2.8) copy it, needing a driver."""
 
-            Older releases (2.8 among them) constant-fold ``real_cpu_tensor.to("cuda")`` by running the real copy,
-            which needs a GPU driver: ``nn.Linear(3, 2).to("cuda")`` inside the mode failed with "Found no NVIDIA
-            driver". Newer releases skip that constant folding when CUDA is unavailable; this does the same.
-            """
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if func is torch.ops.aten._to_copy.default and args and not isinstance(args[0], FakeTensor):
+                args = (self.from_tensor(args[0]), *args[1:])
+            return super().__torch_dispatch__(func, types, args, kwargs)
 
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-                if func is torch.ops.aten._to_copy.default and args and not isinstance(args[0], FakeTensor):
-                    args = (self.from_tensor(args[0]), *args[1:])
-                return super().__torch_dispatch__(func, types, args, kwargs)
-
-        _FAKE_MODE = MovesRealTensorsAsFakes(allow_non_fake_inputs=True)
-    return _FAKE_MODE
+    return MovesRealTensorsAsFakes(allow_non_fake_inputs=True)
 
 
 def _index_fakes_with_aten() -> Any:
-    """A mode that runs ``fake[index_tensor]`` as the ``aten.index`` operator that Python indexing ends in.
-
-    On older releases (2.8 among them) Python indexing of a fake CUDA tensor first touches the CUDA driver, and fails
-    without one ("CUDA driver version is insufficient"); the operator itself checks devices as a GPU does.
-    """
+    """Runs ``fake[index_tensor]`` as ``aten.index``: Python indexing touches the CUDA driver on older releases."""
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.overrides import TorchFunctionMode
 
     class IndexFakesWithAten(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            if (
-                func is torch.Tensor.__getitem__
-                and isinstance(args[0], FakeTensor)
-                and isinstance(args[1], torch.Tensor)
-                and args[1].dtype in (torch.int64, torch.int32)
-            ):
+            fake_getitem = func is torch.Tensor.__getitem__ and isinstance(args[0], FakeTensor)
+            if fake_getitem and isinstance(args[1], torch.Tensor) and args[1].dtype in (torch.int64, torch.int32):
                 return torch.ops.aten.index.Tensor(args[0], [args[1]])
             return func(*args, **(kwargs or {}))
 
@@ -210,22 +173,18 @@ def _index_fakes_with_aten() -> Any:
 def cuda_or_fake() -> Iterator[torch.device]:
     """Yield a CUDA device: the real GPU when one is visible, else fake CUDA tensors (FakeTensorMode) inside the block.
 
-    Fake tensors carry a device, shape and dtype but no data, and PyTorch checks their devices the way the CUDA
-    kernels do; a module built outside the block can be moved to the fake GPU inside it. Only forward computations
-    run on them: autograd is off inside the block (older releases, 2.8 among them, abort the whole process when
-    autograd records an operation on a fake CUDA tensor without a GPU driver). Recent releases raise the mismatch as
-    a subclass of RuntimeError with the CUDA text; it is re-raised as the plain RuntimeError a GPU raises, with
-    PyTorch's message unchanged. Older releases word the stand-in's error differently (see lesson 02).
-
-    When a RuntimeError or IndexError leaves the block, one line on stdout says where it came from: "Real CUDA error,
-    raised by the GPU:" or "Stand-in error from fake CUDA tensors (this machine has no GPU):" (``error_origin``).
+    Fake tensors have no data, but PyTorch checks their devices as the CUDA kernels do. Autograd is off inside the
+    block (older releases, 2.8 among them, abort the process when it records an operation on a fake CUDA tensor).
+    A fake device mismatch is re-raised as the plain RuntimeError a GPU raises, with PyTorch's message (older
+    releases word it differently, see lesson 02). Before a RuntimeError or IndexError leaves the block, the line of
+    ``error_origin`` is printed on stdout.
     """
     if torch.cuda.is_available():
         device = torch.device("cuda", torch.cuda.current_device())
         try:
             yield device
         except ANNOUNCED:
-            _announce(error_origin(device))
+            print(error_origin(device), flush=True)  # on stdout before the error reaches stderr
             raise
         return
     # Module.to() must give the module new Parameters holding the fake tensors: older releases otherwise set
@@ -236,9 +195,8 @@ def cuda_or_fake() -> Iterator[torch.device]:
         with _fake_mode(), _index_fakes_with_aten(), torch.no_grad():
             yield torch.device("cuda", 0)
     except ANNOUNCED as err:
-        _announce(error_origin("cuda", fake=True))
-        if type(err).__name__ == "FakeTensorDeviceMismatchError":
-            # Keep the traceback, so that it still points at the line of the block that raised.
+        print(error_origin("cuda", fake=True), flush=True)
+        if type(err).__name__ == "FakeTensorDeviceMismatchError":  # the traceback still points at the block's line
             raise RuntimeError(str(err)).with_traceback(err.__traceback__) from None
         raise
     finally:

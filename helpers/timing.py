@@ -241,8 +241,8 @@ def as_timing(times: Timing | Sequence[float]) -> Timing:
     """``times`` as a Timing: repeats of seconds, one or more, each positive."""
     if isinstance(times, Timing):
         return times
-    if len(times) == 0 or any(not t > 0 for t in times):
-        raise ValueError(f"Timings must be one or more positive seconds, got {list(times)}.")
+    if len(times) == 0 or not all(t > 0 and math.isfinite(t) for t in times):
+        raise ValueError(f"Timings must be one or more positive, finite seconds, got {list(times)}.")
     return Timing(statistics.median(times), list(times))
 
 

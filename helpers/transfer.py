@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -84,17 +83,6 @@ COPY_WAYS = {
 """The ways ``time_batch_copies`` copies a CPU batch to a GPU, by name, with what each does."""
 
 
-def compare_times(baseline: Sequence[float], candidate: Sequence[float]) -> str:
-    """Whether ``candidate`` was "faster" or "slower" than ``baseline``, or showed "no clear difference": a difference
-    counts only when every repeat of one is below every repeat of the other."""
-    for name, times in (("baseline", baseline), ("candidate", candidate)):
-        if len(times) == 0:
-            raise ValueError(f"compare_times needs at least one {name} time, got none.")
-        if not all(math.isfinite(t) and t > 0 for t in times):
-            raise ValueError(f"compare_times needs positive, finite {name} times, got {list(times)}.")
-    return timing.ranges_verdict(baseline, candidate)
-
-
 def time_batch_copies(
     batch: torch.Tensor, device: str | torch.device, copies: int = 20, repeats: int = 7
 ) -> dict[str, list[float]]:
@@ -135,7 +123,7 @@ def pinning_findings(times: Mapping[str, Sequence[float]]) -> list[str]:
     }
     lines = []
     for name, subject in what.items():
-        verdict = compare_times(times["plain"], times[name])
+        verdict = timing.compare(times["plain"], times[name]).direction
         median = statistics.median(times[name])
         figures = f"{timing.format_seconds(median)} against {timing.format_seconds(plain)} per batch"
         if verdict == "no clear difference":

@@ -44,10 +44,12 @@ def test_compare_ignores_a_tiny_difference_even_without_overlap():
     assert timing.compare([1.02, 1.021], [1.00, 1.001]).kept  # lesson 08's rule: ranges alone
 
 
-@pytest.mark.parametrize("times", [[], [0.0, 1.0], [-1.0]])
-def test_compare_refuses_empty_or_non_positive_timings(times):
-    with pytest.raises(ValueError, match="positive seconds"):
+@pytest.mark.parametrize("times", [[], [0.0, 1.0], [-1.0], [float("nan")], [float("inf")]])
+def test_compare_refuses_what_is_not_a_measurement(times):
+    with pytest.raises(ValueError, match="positive, finite seconds"):
         timing.compare([1.0], times)
+    with pytest.raises(ValueError, match="positive, finite seconds"):
+        timing.compare(times, [1.0])
 
 
 # --- batch_scaling: what bounds a training step ----------------------------------------------------------------

@@ -410,25 +410,21 @@ class ProfileSummary:
 
     def table(self, limit: int = 12) -> str:
         """The top ``limit`` rows; the percentages are shares of the totals printed beneath (never above 100%)."""
+        from helpers.lesson import format_rows
+
         on_device = self.device_s is not None
-        head = f"{'operator':44s} {'calls':>6s} {'self CPU':>10s} {'% CPU':>6s}"
-        head += f" {'self device':>12s} {'% device':>9s}" if on_device else ""
-        lines = [head, "-" * len(head)]
+        head = ["operator", "calls", "self CPU", "% CPU"] + (["self device", "% device"] if on_device else [])
+        rows = []
         for row in self.rows[:limit]:
-            name = row.name if len(row.name) <= 44 else row.name[:41] + "..."
-            line = (
-                f"{name:44s} {row.calls:>6d} {format_seconds(row.self_cpu_s):>10s} "
-                f"{_share(row.self_cpu_s, self.cpu_side_s):>6s}"
-            )
+            cells = [row.name if len(row.name) <= 44 else row.name[:41] + "...", row.calls]
+            cells += [format_seconds(row.self_cpu_s), _share(row.self_cpu_s, self.cpu_side_s)]
             if on_device:
-                line += f" {format_seconds(row.self_device_s):>12s} {_share(row.self_device_s, self.device_s):>9s}"
-            lines.append(line)
-        lines.append("-" * len(head))
-        lines.append(
-            f"CPU-side time: {format_seconds(self.cpu_side_s)}"
-            + (f"   device time: {format_seconds(self.device_s)}" if on_device else "   (no device timeline)")
+                cells += [format_seconds(row.self_device_s), _share(row.self_device_s, self.device_s)]
+            rows.append(cells)
+        totals = f"CPU-side time: {format_seconds(self.cpu_side_s)}   " + (
+            f"device time: {format_seconds(self.device_s)}" if on_device else "(no device timeline)"
         )
-        return "\n".join(lines)
+        return f"{format_rows([head, *rows], right=range(1, len(head)))}\n{totals}"
 
 
 def _share(part: float, whole: float | None) -> str:

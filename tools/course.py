@@ -319,11 +319,26 @@ def format_table(results: list[Result]) -> str:
     return format_rows([head, *rows], right=[2])
 
 
+def _downloadable(name: str, timeout: float = 5.0) -> bool:
+    """Whether the first download mirror of ``name`` answers within ``timeout`` seconds."""
+    import urllib.request
+
+    from helpers import data
+
+    cls = data.DATASETS[canonical_name(name)]["cls"]
+    url = cls.mirrors[0] + cls.resources[0][0]
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+            return True
+    except Exception:  # no network, DNS failure, HTTP error: all mean "not from here"
+        return False
+
+
 def _fall_back_to_offline_data() -> None:
     """Without MNIST (not on disk, not downloadable) but with Debian's Fashion-MNIST, run on that, and say so."""
     from helpers import data
 
-    if data.is_present("MNIST") or data.downloadable("MNIST"):
+    if data.is_present("MNIST") or _downloadable("MNIST"):
         return
     if data.is_present("FashionMNIST") or data.DEBIAN_FASHION_MNIST.is_dir():
         os.environ[ENV_DATASET] = "FashionMNIST"

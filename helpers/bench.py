@@ -1,12 +1,9 @@
 """The data-pipeline benchmark: images per second of ways to feed a model, one change per row, on one device.
 
-Lesson 05 runs it; ``python -m tools.bench`` runs it from a terminal in a clone of the course.
-Each row changes one thing from an earlier row (the lab's setup first: a DataLoader applying ToTensor and Normalize
-to one image at a time, batch 128, no worker processes), and each is timed three ways: data only (batches arrive on
-the device), training the linear model, and training the CNN. Every figure is the median of repeats after a warm-up,
-synchronising the device before each clock read. The sentences printed under the table are chosen from the run's own
-numbers by the course's rules (``timing.compare``, ``timing.batch_scaling``, ``rate_trend``), which the tests feed with
-synthetic measurements.
+Lesson 05 runs it; ``python -m tools.bench`` runs it from a terminal in a clone of the course. Row 1 is the lab's setup
+(a DataLoader applying ToTensor and Normalize per image, batch 128, no workers). Each row is timed on data only, the
+linear model and the CNN (median of repeats after a warm-up); the sentences under the table are chosen from the run's
+own numbers by the course's rules (``timing.compare``, ``timing.batch_scaling``, ``rate_trend``).
 """
 
 from __future__ import annotations
@@ -131,11 +128,9 @@ class Measurement:
 
 
 def rate_trend(per_image: dict[int, Sequence[float]], label: str = "") -> str:
-    """One sentence on images/s across batch sizes, from seconds per image (repeats) at each size.
-
-    Each step from one batch size to the next is called a rise, a fall or level (no clear difference), and runs of
-    the same kind are joined: "rose from batch 32 to batch 512 (3.10x), then levelled off to batch 2048 (1.02x)".
-    """
+    """One sentence on images/s across batch sizes, from seconds per image (repeats) at each size: each step is a rise,
+    a fall or level (no clear difference), and runs of one kind are joined: "rose from batch 32 to batch 512 (3.10x),
+    then levelled off to batch 2048 (1.02x)"."""
     if len(per_image) < 2:
         raise ValueError(f"Need images/s at two or more batch sizes, got {sorted(per_image)}.")
     sizes = sorted(per_image)
@@ -297,11 +292,8 @@ def run_benchmark(
     warmup_batches: int = 3,
     progress: Callable[[str], None] | None = None,
 ) -> list[Measurement]:
-    """Every pipeline (default: ``default_pipelines(device)``) on every task, on one device, in this process.
-
-    The repeats are interleaved (round 1 of every job, then round 2, ...), so a change in the machine's load slows
-    every figure alike instead of a few; each figure is the median of its rounds.
-    """
+    """Every pipeline (default: ``default_pipelines(device)``) on every task, on one device, in this process. Repeats
+    are interleaved (round 1 of every job, then round 2, ...), so a change in the machine's load slows all alike."""
     pipelines = default_pipelines(device) if pipelines is None else tuple(pipelines)
     loaders = {name: make_pipeline(name, dataset, device, batch_size, workers) for name in pipelines}
     jobs = [(name, task) for name in loaders for task in tasks]

@@ -49,11 +49,8 @@ def _folder_for(path: Path) -> None:
 
 @contextlib.contextmanager
 def _noticing_sigint() -> Iterator[list[bool]]:
-    """Record whether SIGINT arrived inside the block (its usual handler still runs).
-
-    Ctrl-C inside torch.save's C++ writer comes out as a RuntimeError; the record lets the caller raise the
-    KeyboardInterrupt the user asked for.
-    """
+    """Record whether SIGINT arrived inside the block (its usual handler still runs): Ctrl-C inside torch.save's C++
+    writer comes out as a RuntimeError, and the record lets the caller raise KeyboardInterrupt instead."""
     seen = [False]
     previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
     if not callable(previous):  # another thread (signals go to the main one), or SIGINT ignored or left to the OS
@@ -75,8 +72,7 @@ def save_checkpoint(obj: Any, path: str | os.PathLike[str]) -> Path:
     """Save ``obj`` with torch.save atomically: an interrupted save leaves the previous file at ``path`` intact."""
     path = Path(path).expanduser()
     _folder_for(path)
-    # A new temporary file in the same folder, so that os.replace is an atomic rename. Mode 0o666 lets the umask
-    # apply as open() does (tempfile.mkstemp gives 0o600, which the checkpoint would keep after the rename).
+    # Same folder, so os.replace is an atomic rename; mode 0o666 lets the umask apply (mkstemp's 0o600 would be kept).
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     while True:
         tmp_name = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
@@ -135,11 +131,9 @@ def _not_the_files_fault(exc: BaseException) -> bool:
 
 
 def load_checkpoint(path: str | os.PathLike[str], map_location: MapLocation) -> Any:
-    """``torch.load(path, map_location=..., weights_only=True)``, with errors that name the file and the fix.
-
-    A file that is not a complete checkpoint is a CorruptCheckpointError (a RuntimeError); one holding more than
-    tensors and plain containers is refused by ``weights_only`` with PyTorch's own UnpicklingError.
-    """
+    """``torch.load(path, map_location=..., weights_only=True)``, with errors that name the file and the fix. An
+    incomplete file raises CorruptCheckpointError (a RuntimeError); one holding more than tensors and plain containers
+    is refused by ``weights_only`` with PyTorch's own UnpicklingError."""
     path = Path(path).expanduser()
     if path.is_dir():
         inside = sorted(p.name for p in path.glob("*.pt"))[:3]

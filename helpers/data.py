@@ -191,11 +191,9 @@ def _unpack(source_gz: Path, target: Path, root: str | os.PathLike | None) -> No
 
 
 def prepare_offline(name: str, root: str | os.PathLike | None = None, source: str | os.PathLike | None = None) -> bool:
-    """Unpack Fashion-MNIST from Debian's package into the data root; True if the files are now there.
-
-    The .gz files cannot simply be copied: their checksums differ from torchvision's list, so its download check
-    rejects them, while unpacked files pass its existence check. ``source=None`` means ``DEBIAN_FASHION_MNIST``.
-    """
+    """Unpack Fashion-MNIST from Debian's package (``source=None``: ``DEBIAN_FASHION_MNIST``) into the data root; True
+    if the files are now there. The .gz files cannot simply be copied: their checksums differ from torchvision's list,
+    so its download check rejects them, while unpacked files pass its existence check."""
     source = Path(DEBIAN_FASHION_MNIST if source is None else source)
     if is_present(name, root):
         return True  # nothing to write: a read-only data folder is fine
@@ -243,12 +241,11 @@ def load_dataset(
     download: bool = True,
     verbose: bool = True,
 ) -> torchvision.datasets.MNIST:
-    """Load the train or test split of MNIST or FashionMNIST.
+    """Load the train or test split of MNIST or FashionMNIST (``transform=None``: ``standard_transform(name)``).
 
-    ``transform=None`` uses ``standard_transform(name)``. Raises DatasetUnavailableError, listing the files and
-    the offline route, when the data is neither on disk nor downloadable; its subclasses DataDirError when the data
-    folder cannot be used and DamagedDataError when a file on disk is incomplete. Never substitutes another dataset.
-    """
+    Data neither on disk nor downloadable raises DatasetUnavailableError, listing the files and the offline route; its
+    subclasses are DataDirError (the data folder cannot be used) and DamagedDataError (a file on disk is incomplete).
+    Never substitutes another dataset."""
     name = canonical_name(name)
     given = root
     root = data_dir(root)

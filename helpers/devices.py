@@ -160,11 +160,8 @@ def validate(device: str | torch.device) -> torch.device:
 
 
 def pick_device(preferred: str | torch.device | None = None) -> torch.device:
-    """Choose the device to run on.
-
-    ``None`` or ``"auto"`` takes ``$COURSE_DEVICE`` when it is set, else the first available of CUDA, the
-    accelerator ``torch.accelerator`` reports (MPS, XPU), then the CPU. Anything else is validated.
-    """
+    """Choose the device to run on. ``None`` or ``"auto"``: ``$COURSE_DEVICE`` when set, else the first available of
+    CUDA, the accelerator ``torch.accelerator`` reports (MPS, XPU), then the CPU. Anything else is validated."""
     if preferred is None or (isinstance(preferred, str) and preferred.strip().lower() == "auto"):
         override = os.environ.get(ENV_DEVICE, "").strip()
         if override and override.lower() != "auto":
@@ -198,11 +195,9 @@ def synchronize(device: str | torch.device) -> None:
 
 
 def child_output(code: str, env: Mapping[str, str | None] | None = None, timeout: float = 300.0) -> str:
-    """Run ``code`` in a fresh Python process and return what it printed on stdout, stripped (lesson 01).
-
-    ``env`` changes the child's environment: a string sets a variable, ``None`` removes it; the rest is inherited.
-    A fresh process is the place to show a setting that is read once per process, such as CUDA_VISIBLE_DEVICES.
-    """
+    """Run ``code`` in a fresh Python process, the place to show a setting read once per process such as
+    CUDA_VISIBLE_DEVICES, and return its stdout, stripped (lesson 01). ``env`` edits the child's environment: a string
+    sets a variable, ``None`` removes it; the rest is inherited."""
     if not isinstance(code, str) or not code.strip():
         raise ValueError("code must be the Python source to run in the child, as a non-empty string.")
     child_env = dict(os.environ)
@@ -229,11 +224,9 @@ def child_output(code: str, env: Mapping[str, str | None] | None = None, timeout
 
 
 def hiding_outcome(machine_gpus: int, count: int, tensor_on: str | None) -> str:
-    """What a child process shows about hiding GPUs (lesson 01), from what it measured.
-
-    ``machine_gpus``: GPUs seen without the variable; ``count``: the child's ``torch.cuda.device_count()`` with it;
-    ``tensor_on``: where a tensor asked for on "cuda" landed, or ``None`` when no GPU would take it.
-    """
+    """What a child process shows about hiding GPUs (lesson 01): ``machine_gpus`` seen without the variable, ``count``
+    from the child's ``torch.cuda.device_count()`` with it, ``tensor_on`` where a "cuda" tensor landed (None: no GPU
+    would take it)."""
     if machine_gpus < 0 or count < 0:
         raise ValueError(f"GPU counts cannot be negative, got machine_gpus={machine_gpus}, count={count}.")
     if machine_gpus == 0:

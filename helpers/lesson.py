@@ -1,7 +1,6 @@
 """What every lesson does first and last: settle its settings, and record the figures the course runner reports.
 
-The runner, tests and CI steer a notebook unedited with ``COURSE_DEVICE``, ``COURSE_QUICK=1`` and ``COURSE_DATASET``.
-"""
+The runner, tests and CI steer notebooks unedited with ``COURSE_DEVICE``, ``COURSE_QUICK=1`` and ``COURSE_DATASET``."""
 
 from __future__ import annotations
 
@@ -193,11 +192,9 @@ def start(
     seed: int = 0,
     **params: Any,
 ) -> Settings:
-    """Resolve a lesson's parameters against the environment, validate them, seed, and print one line of settings.
-
-    ``COURSE_QUICK`` can turn ``quick`` on. Keyword parameters (``epochs=EPOCHS``) are checked against ``PARAMETERS``.
-    A value the lesson cannot use raises ParameterError, naming it and what is allowed, before any work starts.
-    """
+    """Resolve a lesson's parameters against the environment (``COURSE_QUICK`` can turn ``quick`` on), validate them
+    (keyword ones, ``epochs=EPOCHS``, against ``PARAMETERS``), seed, and print one line of settings. A value the lesson
+    cannot use raises ParameterError, naming it and what is allowed, before any work starts."""
     flag = parse_flag(quick)
     if flag is None:
         raise ParameterError(f"QUICK = {quick!r} is not allowed: QUICK must be {YES_NO}. {FIX}")
@@ -266,11 +263,9 @@ class CaughtError:
 def expect_error(
     kind: type[BaseException] | tuple[type[BaseException], ...], match: str | None = None
 ) -> Iterator[CaughtError]:
-    """Run a block that must raise ``kind`` (its message matching the regular expression ``match``), and go on.
-
-    The error is shown on stderr (the block's line that raised, then type and message) and the cell ends normally.
-    Anything else raises ErrorExpectationFailed: a lesson whose point has gone stale fails. Taught in lesson 00.
-    """
+    """Run a block that must raise ``kind`` (its message matching the regular expression ``match``), and go on: the
+    error is shown on stderr (the block's line that raised, then type and message) and the cell ends normally.
+    Anything else raises ErrorExpectationFailed: a lesson whose point has gone stale fails. Taught in lesson 00."""
     block = sys._getframe(2)  # the cell (or function) holding the ``with`` statement
     caught = CaughtError()
     kinds = kind if isinstance(kind, tuple) else (kind,)

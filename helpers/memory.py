@@ -1,7 +1,6 @@
 """Accelerator memory: what the caching allocator holds, the peak, and the largest batch size that fits.
 
-PyTorch reports these figures for CUDA, MPS (no peaks) and, through ``torch.accelerator``, other accelerators.
-"""
+PyTorch reports these figures for CUDA, MPS (no peaks) and, through ``torch.accelerator``, other accelerators."""
 
 from __future__ import annotations
 
@@ -16,11 +15,9 @@ import torch
 
 @dataclass(frozen=True)
 class MemoryStats:
-    """Bytes held by PyTorch's caching allocator on one device; a peak is None where the backend does not track it.
-
-    ``allocated``: in live tensors. ``reserved``: held from the driver, allocated plus cached freed blocks (on MPS, what
-    the Metal driver holds for the process, Apple's frameworks included). Peaks: since ``reset_peak_memory_stats``.
-    """
+    """Bytes held by PyTorch's caching allocator on one device: ``allocated`` in live tensors, ``reserved`` from the
+    driver, allocated plus cached freed blocks (on MPS, what the Metal driver holds for the process, Apple's frameworks
+    included); peaks since ``reset_peak_memory_stats``, None where the backend does not track them."""
 
     allocated: int
     reserved: int
@@ -134,10 +131,9 @@ def largest_batch_size(
     """Find the largest batch size for which ``step_fn(batch_size)`` runs without ``torch.cuda.OutOfMemoryError``.
 
     From ``start``, halves the size until one fits (down to ``min_size``), or doubles it until a try fails or
-    ``max_size`` (default: ``start``) has fitted; with ``refine``, then bisects to within ``resolution``. ``clear``
-    runs after every try (default: ``release_cached_memory(device)``). Other exceptions propagate; if even
-    ``min_size`` does not fit, the last out-of-memory error is raised again.
-    """
+    ``max_size`` (default: ``start``) has fitted; with ``refine``, then bisects to within ``resolution``. ``clear`` runs
+    after every try (default: ``release_cached_memory(device)``). Other exceptions propagate; if even ``min_size`` does
+    not fit, the last out-of-memory error is raised again."""
     for name, value in (("start", start), ("min_size", min_size), ("resolution", resolution)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}.")

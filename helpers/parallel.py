@@ -68,9 +68,7 @@ def child_stderr() -> Iterator[list[str]]:
 
 def wait_for_exit(processes: Sequence[Any], timeout: float) -> None:
     """Wait until all ``processes`` (multiprocessing) have exited; after ``timeout`` s stop them and raise TimeoutError.
-
-    ``ProcessContext.join`` then checks the ended children in order: of several alike failures, it names the first.
-    """
+    ``ProcessContext.join`` then checks the ended children in order: of several alike failures, it names the first."""
     deadline = time.monotonic() + timeout
     running = [p for p in processes if p.exitcode is None]
     while running:
@@ -146,9 +144,7 @@ def torchrun(
     nproc: int, script_args: Sequence[str] = (), timeout: float = 120.0, module: str = SCRIPT
 ) -> subprocess.CompletedProcess[str]:
     """Run ``module`` (the lesson 07 script by default) under torchrun and capture its output; no worker outlives it.
-
-    A timeout raises subprocess.TimeoutExpired with the output so far; a bad ``--fail-rank`` raises ValueError first.
-    """
+    A timeout raises subprocess.TimeoutExpired with the output so far; a bad ``--fail-rank`` raises ValueError first."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--fail-rank")
     fail_rank = parser.parse_known_args(script_args)[0].fail_rank

@@ -1,8 +1,7 @@
 """Where does every tensor of a model and a batch live? A table that names the odd ones out of a device mismatch.
 
-Also the second device lessons 02 to 04 raise mismatch errors with: the real GPU, else a stand-in (fake CUDA
-tensors, or the ``meta`` device), and the line that says which of the two raised an error.
-"""
+Also the second device lessons 02 to 04 raise mismatch errors with (the real GPU, else fake CUDA tensors or the
+``meta`` device), and the line that says which of the two raised an error."""
 
 from __future__ import annotations
 
@@ -173,12 +172,11 @@ def _index_fakes_with_aten() -> Any:
 def cuda_or_fake() -> Iterator[torch.device]:
     """Yield a CUDA device: the real GPU when one is visible, else fake CUDA tensors (FakeTensorMode) inside the block.
 
-    Fake tensors have no data, but PyTorch checks their devices as the CUDA kernels do. Autograd is off inside the
-    block (older releases, 2.8 among them, abort the process when it records an operation on a fake CUDA tensor).
-    A fake device mismatch is re-raised as the plain RuntimeError a GPU raises, with PyTorch's message (older
-    releases word it differently, see lesson 02). Before a RuntimeError or IndexError leaves the block, the line of
-    ``error_origin`` is printed on stdout.
-    """
+    Fake tensors have no data, but PyTorch checks their devices as the CUDA kernels do. Autograd is off inside (older
+    releases, 2.8 among them, abort the process when it records an operation on a fake CUDA tensor). A fake device
+    mismatch is re-raised as the plain RuntimeError a GPU raises, with PyTorch's message (older releases word it
+    differently, see lesson 02). Before a RuntimeError or IndexError leaves the block, the line of ``error_origin`` is
+    printed on stdout."""
     if torch.cuda.is_available():
         device = torch.device("cuda", torch.cuda.current_device())
         try:
@@ -187,8 +185,7 @@ def cuda_or_fake() -> Iterator[torch.device]:
             print(error_origin(device), flush=True)  # on stdout before the error reaches stderr
             raise
         return
-    # Module.to() must give the module new Parameters holding the fake tensors: older releases otherwise set
-    # ``param.data`` to the fake tensor, which leaves a real Parameter on the meta device.
+    # Module.to() must make new Parameters: older releases set param.data to the fake, leaving a real Parameter on meta.
     overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
     torch.__future__.set_overwrite_module_params_on_conversion(True)
     try:

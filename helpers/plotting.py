@@ -1,7 +1,6 @@
 """Matplotlib figures the lessons show: timings, speed-ups, training curves, image grids.
 
-Each function draws on a new figure (or the ``ax`` it is given) and returns the Axes; the notebook shows it.
-"""
+Each function draws on a new figure (or the ``ax`` it is given) and returns the Axes; the notebook shows it."""
 
 from __future__ import annotations
 
@@ -63,11 +62,9 @@ def batch_size_curves(rates: dict[str, dict[int, float]], ax: plt.Axes | None = 
 
 
 def step_time_curves(step_seconds: dict[str, dict[int, float]], ax: plt.Axes | None = None) -> plt.Axes:
-    """Milliseconds per training step against batch size, one line per device: ``step_seconds[device][batch]``.
-
-    Grey guides from each device's smallest batch, flat (fixed costs per step set the pace) and in proportion to the
-    batch (arithmetic does), show by where the line runs what bounds the step.
-    """
+    """Milliseconds per training step against batch size, one line per device: ``step_seconds[device][batch]``. Grey
+    guides from each device's smallest batch, flat (fixed costs per step set the pace) and in proportion to the batch
+    (arithmetic does), show by where the line runs what bounds the step."""
     ax = new_axes(ax)
     for i, (device, per_size) in enumerate(step_seconds.items()):
         sizes = sorted(per_size)

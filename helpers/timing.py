@@ -1,9 +1,8 @@
 """Timing code on a device honestly: synchronise before reading the clock, warm up, take the median of repeats.
 
 Also the one set of rules by which lessons 05, 08 and 09 read their measurements: whether a change is faster beyond
-the noise (``compare``), whether a step is bound by launches or by arithmetic (``launch_diagnosis``,
-``batch_scaling``), and a profiler summary that reads the same on a CPU and on a GPU (``profile_summary``).
-"""
+the noise (``compare``), whether a step is bound by launches or by arithmetic (``launch_diagnosis``, ``batch_scaling``),
+and a profiler summary that reads the same on a CPU and on a GPU (``profile_summary``)."""
 
 from __future__ import annotations
 
@@ -65,10 +64,8 @@ def time_on_device(
     max_calls: int = 10_000,
 ) -> Timing:
     """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed repeats, each between two synchronisations.
-
-    With ``min_repeat_time`` > 0, a repeat is as many calls (at most ``max_calls``) as make it last that long, so the
-    clock's and the device's jitter do not dominate a fast call; times are per call. Tests replace ``sync``/``clock``.
-    """
+    With ``min_repeat_time`` > 0, a repeat is as many calls (at most ``max_calls``) as make it last that long, so
+    clock and device jitter do not dominate a fast call; times are per call. Tests replace ``sync`` and ``clock``."""
     if not callable(fn):
         raise TypeError(f"fn must be a callable taking no arguments, got {type(fn).__name__}.")
     if repeats < 1 or warmup < 0:
@@ -129,11 +126,9 @@ def benchmark(
     description: str = "",
     min_run_time: float = 0.5,
 ) -> torch.utils.benchmark.Measurement:
-    """Measure ``fn()`` with ``torch.utils.benchmark.Timer.blocked_autorange``.
-
-    The Timer synchronises CUDA itself around each block of calls (torch 2.8 does not synchronise MPS), so on devices
-    other than the CPU and CUDA each call is followed by a synchronise of ``device``.
-    """
+    """Measure ``fn()`` with ``torch.utils.benchmark.Timer.blocked_autorange``. The Timer synchronises CUDA itself
+    around each block of calls (torch 2.8 does not synchronise MPS), so on devices other than the CPU and CUDA each call
+    is followed by a synchronise of ``device``."""
     # torch.utils.benchmark imports cpp_extension, which logs "No CUDA runtime is found" without CUDA: harmless here.
     cpp_extension_log = logging.getLogger("torch.utils.cpp_extension")
     level = cpp_extension_log.level
@@ -176,11 +171,9 @@ MIN_NOISE = 0.05
 
 
 def ranges_verdict(before: Sequence[float], after: Sequence[float]) -> str:
-    """The one rule by which the course calls a speed difference, from the repeats of two measurements (seconds).
-
+    """The one rule by which the course calls a speed difference, from the repeats of two measurements (seconds):
     "faster": every repeat of ``after`` beat every repeat of ``before``; "slower": the reverse; otherwise the ranges
-    overlap, noise alone could explain the difference: "no clear difference", whatever the medians say.
-    """
+    overlap, noise alone could explain the difference: "no clear difference", whatever the medians say."""
     if max(after) < min(before):
         return FASTER
     if min(after) > max(before):
@@ -249,11 +242,9 @@ def as_timing(times: Timing | Sequence[float]) -> Timing:
 def compare(
     before: Timing | Sequence[float], after: Timing | Sequence[float], min_noise: float = 0.0
 ) -> Comparison:
-    """Keep a change only when its effect is outside the spread of both measurements (``ranges_verdict``).
-
-    With ``min_noise`` (the benchmarks use ``MIN_NOISE``), medians closer than that fraction are no clear difference
-    either. ``before`` and ``after`` are Timings or repeats of seconds for the same amount of work.
-    """
+    """Keep a change only when its effect is outside the spread of both measurements (``ranges_verdict``); with
+    ``min_noise`` (the benchmarks use ``MIN_NOISE``), medians closer than that fraction are no clear difference either.
+    ``before`` and ``after`` are Timings or repeats of seconds for the same amount of work."""
     before, after = as_timing(before), as_timing(after)
     verdict = {FASTER: KEPT, "slower": SLOWER}.get(ranges_verdict(before.times, after.times), NO_CLEAR_DIFFERENCE)
     if abs(math.log(before.median / after.median)) <= math.log1p(min_noise):
@@ -301,11 +292,9 @@ LAUNCH_BOUND, DEVICE_BOUND, PARTLY_LAUNCH_BOUND, NO_DEVICE_TIMELINE = (
 def launch_diagnosis(
     cpu_side_s: float, device_s: float | None, launch_ratio: float = 2.0, busy_fraction: float = 0.8
 ) -> Diagnosis:
-    """Read the CPU-side time of steps against the device's busy time (None: no device timeline, as on a CPU).
-
-    The CPU side ``launch_ratio`` times the device time or more: launch-bound (the device waits for launches). The
-    device busy for ``busy_fraction`` of it or more: device-bound. In between: partly launch-bound.
-    """
+    """Read the CPU-side time of steps against the device's busy time (None: no device timeline, as on a CPU). The CPU
+    side ``launch_ratio`` times the device time or more: launch-bound (the device waits for launches). The device busy
+    for ``busy_fraction`` of it or more: device-bound. In between: partly launch-bound."""
     if cpu_side_s <= 0:
         raise ValueError(f"cpu_side_s must be positive, got {cpu_side_s}.")
     if device_s is None:
@@ -346,12 +335,10 @@ FLAT, PROPORTIONAL = 0.3, 0.7
 
 
 def batch_scaling(steps: dict[int, Timing | Sequence[float]], label: str = "") -> Diagnosis:
-    """What bounds a training step, from its seconds per step (repeats) at two or more batch sizes.
-
-    Flat step time: fixed costs per step set the pace (overhead-bound); time in proportion to the batch: arithmetic
-    does (compute-bound). From the smallest to the largest batch, growth inside the spread counts as flat, growth
-    whose repeats overlap the proportional one as proportional; both at once: unclear. ``label`` starts the sentence.
-    """
+    """What bounds a training step, from its seconds per step (repeats) at two or more batch sizes. Flat step time:
+    fixed costs per step set the pace (overhead-bound); time in proportion to the batch: arithmetic does
+    (compute-bound). From the smallest to the largest batch, growth inside the spread counts as flat, growth whose
+    repeats overlap the proportional one as proportional; both at once: unclear. ``label`` starts the sentence."""
     if len(steps) < 2:
         raise ValueError(f"Need step times at two or more batch sizes, got {sorted(steps)}.")
     small, large = min(steps), max(steps)
@@ -432,12 +419,10 @@ def _share(part: float, whole: float | None) -> str:
 
 
 def profile_summary(events: Iterable[Any], device_timeline: bool) -> ProfileSummary:
-    """Summarise ``prof.key_averages()``: operators by self time, the CPU-side total and the device total.
-
-    The CPU side counts ``record_function`` ranges too (their self time is the Python between operators). The device
-    time leaves out user ranges mirrored on the device timeline, which would count their kernels twice. Rows are the
-    CPU operators, with the self device time of the kernels they launched. Event times are microseconds.
-    """
+    """Summarise ``prof.key_averages()`` (event times in microseconds): operators by self time, the CPU-side total and
+    the device total. The CPU side counts ``record_function`` ranges too (their self time is the Python between
+    operators); the device time leaves out user ranges mirrored on the device timeline, which would count their kernels
+    twice. Rows are the CPU operators, with the self device time of the kernels they launched."""
     cpu_side = device = 0.0
     rows = []
     for event in events:

@@ -1,8 +1,7 @@
 """Training and evaluation loops that move every batch to the model's device (a no-op for batches already there).
 
-Losses and accuracies are summed on the device and read with ``.item()`` once per epoch, because every ``.item()``
-makes the CPU wait for the GPU.
-"""
+Losses and accuracies are summed on the device and read once per epoch, as each ``.item()`` makes the CPU wait for
+the GPU."""
 
 from __future__ import annotations
 
@@ -45,10 +44,7 @@ def train_epoch(
     progress: Any | None = None,
 ) -> dict[str, float]:
     """One pass over ``loader`` in training mode; returns the mean loss and the accuracy over the samples seen.
-
-    ``scheduler`` (if any) is stepped after every batch, as OneCycleLR expects. ``progress`` is a tqdm bar to
-    advance by one per batch.
-    """
+    ``scheduler`` is stepped after every batch, as OneCycleLR expects; ``progress`` (a tqdm bar) advances per batch."""
     device = model_device(model)
     model.train()  # dropout and batch-norm layers behave as in training
     loss_sum = torch.zeros((), device=device)
@@ -106,11 +102,9 @@ def fit(
     progress: bool = True,
 ) -> History:
     """Train for ``epochs`` epochs, evaluating on ``val_loader`` (unless None) after each; returns the History.
-
     ``seed`` re-seeds PyTorch first, so that dropout and a DataLoader without a generator of its own repeat (a
     ``DeviceResidentLoader`` keeps the one it was built with). A CPU run then repeats exactly; on CUDA some kernels
-    (cuDNN convolutions' backward among them) repeat only under ``torch.use_deterministic_algorithms(True)``.
-    """
+    (cuDNN convolutions' backward among them) repeat only under ``torch.use_deterministic_algorithms(True)``."""
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}.")
     if seed is not None:

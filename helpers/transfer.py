@@ -32,10 +32,8 @@ def map_batch(batch: Any, fn: Callable[[str, Any], Any], path: str = "batch") ->
 
 def to_device(batch: Any, device: str | torch.device, non_blocking: bool = False) -> Any:
     """Return ``batch`` with every tensor moved to ``device``; lists, tuples, named tuples and dicts keep their type.
-
     Numbers, strings, None, dtypes and devices pass through; anything else raises a TypeError naming where it is.
-    ``non_blocking=True``: a copy from pinned memory returns at once; kernels queued later on its stream still wait.
-    """
+    ``non_blocking=True``: a copy from pinned memory returns at once; kernels queued later on its stream still wait."""
 
     def move(path: str, leaf: Any) -> Any:
         if isinstance(leaf, torch.Tensor):
@@ -52,9 +50,7 @@ def to_device(batch: Any, device: str | torch.device, non_blocking: bool = False
 
 class DeviceDataLoader:
     """Wrap a DataLoader (or any iterable of batches) so that each batch arrives already on ``device``.
-
-    ``non_blocking=None`` means True when the loader pins memory and ``device`` is not the CPU (see ``to_device``).
-    """
+    ``non_blocking=None`` means True when the loader pins memory and ``device`` is not the CPU (see ``to_device``)."""
 
     def __init__(self, loader: Iterable, device: str | torch.device, non_blocking: bool | None = None) -> None:
         self.loader = loader
@@ -191,12 +187,10 @@ def _images_and_labels(dataset: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
 class DeviceResidentLoader:
     """Every image on the device at once, converted once; each epoch is a device-made permutation cut into batches.
 
-    ``images`` (uint8, (N, H, W) or (N, C, H, W)) go to ``device`` as uint8, a quarter of the bytes of float32, and
-    are converted there exactly as ToTensor then Normalize would (``x / 255``, then ``(x - mean) / std`` if both are
-    given). ``seed=None`` draws the seed from PyTorch's global generator, so ``torch.manual_seed`` fixes the order.
-
-    Taught in lesson 05 (notebooks/05_mnist_on_gpu.ipynb, the section on data resident on the device).
-    """
+    ``images`` (uint8, (N, H, W) or (N, C, H, W)) go to ``device`` as uint8, a quarter of the bytes of float32, and are
+    converted there exactly as ToTensor then Normalize would (``x / 255``, then ``(x - mean) / std`` if both are given).
+    ``seed=None`` draws the seed from PyTorch's global generator, so ``torch.manual_seed`` fixes the order. Taught in
+    lesson 05 (notebooks/05_mnist_on_gpu.ipynb, the section on data resident on the device)."""
 
     def __init__(
         self,

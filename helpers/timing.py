@@ -397,7 +397,7 @@ class ProfileSummary:
 
     def table(self, limit: int = 12) -> str:
         """The top ``limit`` rows; the percentages are shares of the totals printed beneath (never above 100%)."""
-        from helpers.lesson import format_rows
+        from helpers.lesson import format_rows  # here, not at the top: helpers.lesson imports torchvision
 
         on_device = self.device_s is not None
         head = ["operator", "calls", "self CPU", "% CPU"] + (["self device", "% device"] if on_device else [])

@@ -136,11 +136,9 @@ def pinning_report(batch: torch.Tensor, times: Mapping[str, Sequence[float]]) ->
     """A table of the median time per batch and the spread of each way, then the findings."""
     lines = [f"batch {tuple(batch.shape)} {str(batch.dtype).removeprefix('torch.')}, {batch.nbytes / 2**10:,.0f} KiB:"]
     for name, found in times.items():
-        median = statistics.median(found)
-        spread = (max(found) - min(found)) / median
-        lines.append(
-            f"  {name:15} {timing.format_seconds(median):>9} per batch  (spread {spread:.0%})  {COPY_WAYS[name]}"
-        )
+        t = timing.as_timing(found)
+        median = timing.format_seconds(t.median)
+        lines.append(f"  {name:15} {median:>9} per batch  (spread {t.spread:.0%})  {COPY_WAYS[name]}")
     return "\n".join([*lines, *pinning_findings(times)])
 
 

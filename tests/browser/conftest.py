@@ -21,13 +21,39 @@ CHROMIUM_ARGS = [
 ]
 
 
+class Chromium:
+    """One chromium process; ``restart`` replaces it with a new one, as a learner whose notebook never connects to
+    its kernel closes the browser and opens it again (reloading the page does not clear a browser's bad websocket
+    state)."""
+
+    def __init__(self, playwright) -> None:
+        self._playwright = playwright
+        self.browser = self._launch()
+        self.restarts = 0
+
+    def _launch(self):
+        return self._playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+
+    def restart(self) -> None:
+        self.browser.close()
+        self.browser = self._launch()
+        self.restarts += 1
+
+
 @pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
+def chromium() -> Iterator[Chromium]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"no chromium at {CHROMIUM}: apt-get install -y chromium (or set COURSE_CHROMIUM)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield chromium
-        chromium.close()
+        held = Chromium(playwright)
+        try:
+            yield held
+        finally:
+            held.browser.close()
+
+
+@pytest.fixture(scope="module")
+def browser(chromium: Chromium):
+    return chromium.browser

@@ -198,11 +198,15 @@ def new_page(chromium) -> tuple[object, list[str]]:
     """A page in a fresh context of ``chromium`` (conftest's ``Chromium``), and a list that collects what its
     console and kernel websockets say."""
     page = chromium.browser.new_page(viewport={"width": 1400, "height": 1800})
-    events: list[str] = []
+    events: list = []  # lines, and each websocket's frame counts (a dict, read when the report is written)
 
     def on_websocket(ws) -> None:
         where = ws.url.split("?")[0].rsplit("/api/", 1)[-1]
+        frames = {"sent": 0, "received": 0}  # a report tells a server that said nothing from a page that heard it
         events.append(f"websocket opened: {where}")
+        events.append(frames)
+        ws.on("framesent", lambda _payload: frames.update(sent=frames["sent"] + 1))
+        ws.on("framereceived", lambda _payload: frames.update(received=frames["received"] + 1))
         ws.on("close", lambda _ws: events.append(f"websocket closed: {where}"))
         ws.on("socketerror", lambda error: events.append(f"websocket error: {where}: {error}"))
 
@@ -305,7 +309,13 @@ def run_notebook(
         except ConnectionLost as err:
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOTS / f"{Path(name).stem}-connection-lost-{attempt}.png"), timeout=60_000)
-            said = "\n  ".join(events[-15:]) or "nothing"
+            said = (
+                "\n  ".join(
+                    f"  frames: {e['sent']} sent, {e['received']} received" if isinstance(e, dict) else e
+                    for e in events[-15:]
+                )
+                or "nothing"
+            )
             lost.append(f"try {attempt}: {err}\n server's kernels: {lab.kernels()}\n page said:\n  {said}")
             page.close()
             lab.shut_down_kernels()
@@ -393,3 +403,4 @@ def test_a_page_that_never_reaches_its_kernel_fails_with_each_try_reported(lab: 
     report = str(failed.value)
     assert "try 1:" in report and "try 2:" in report and "server's kernels:" in report
     assert report.count("page said:") == 2, "the pages' console and websocket events are missing from the report"
+    assert "frames:" in report, "the events/subscribe websocket's frame counts are missing from the report"

@@ -23,8 +23,8 @@ CHROMIUM_ARGS = [
 
 class Chromium:
     """One chromium process; ``restart`` replaces it with a new one, as a learner whose notebook never connects to
-    its kernel closes the browser and opens it again (reloading the page does not clear a browser's bad websocket
-    state)."""
+    its kernel closes the browser and opens it again (reopening the page in the same browser has failed twice in a
+    row)."""
 
     def __init__(self, playwright) -> None:
         self._playwright = playwright

@@ -194,6 +194,29 @@ def synchronize(device: str | torch.device) -> None:
         accelerator.synchronize(device)
 
 
+def cuda_autocast_dtype(capability: tuple[int, int]) -> torch.dtype:
+    """The mixed-precision dtype for a CUDA GPU of compute ``capability``: bfloat16 from 8.0 (A100, H100), whose tensor
+    cores run it; float16, with a GradScaler, below (T4 7.5, V100 7.0, P100 6.0), where bfloat16 is emulated."""
+    return torch.bfloat16 if tuple(capability) >= (8, 0) else torch.float16
+
+
+def autocast_dtype(device: str | torch.device) -> torch.dtype | None:
+    """The dtype ``torch.autocast`` should use on ``device``; None where autocast cannot run (MPS before PyTorch 2.6 or
+    macOS 14). CPUs and other accelerators get bfloat16: float32's range, so no loss scaling."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return cuda_autocast_dtype(torch.cuda.get_device_capability(device))
+    if device.type == "mps":
+        return torch.bfloat16 if _release(torch.__version__)[:2] >= (2, 6) and torch.backends.mps.is_macos_or_newer(
+            14, 0) else None
+    return torch.bfloat16
+
+
+def needs_grad_scaler(dtype: torch.dtype | None) -> bool:
+    """Whether training under autocast with ``dtype`` needs a GradScaler: float16 only, whose range is narrow."""
+    return dtype is torch.float16
+
+
 def child_output(code: str, env: Mapping[str, str | None] | None = None, timeout: float = 300.0) -> str:
     """Run ``code`` in a fresh Python process, the place to show a setting read once per process such as
     CUDA_VISIBLE_DEVICES, and return its stdout, stripped (lesson 01). ``env`` edits the child's environment: a string

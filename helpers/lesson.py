@@ -238,12 +238,28 @@ def format_rows(rows: Sequence[Sequence[object]], right: Sequence[int] = ()) -> 
     return "\n".join(lines)
 
 
-def enough_gpus(needed: int, shows: str) -> bool:
-    """True when at least ``needed`` CUDA GPUs are visible; otherwise print one line on what is skipped and why."""
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if count >= needed:
+def cuda_gpu_count() -> int:
+    """How many CUDA GPUs this process can see (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def gpu_ids(device: str | torch.device) -> list[int]:
+    """The CUDA GPUs a lesson running on ``device`` may use: every visible one when it runs on CUDA, else none."""
+    return list(range(cuda_gpu_count())) if torch.device(device).type == "cuda" else []
+
+
+def gpu_section(device: str | torch.device, shows: str, needed: int = 1) -> bool:
+    """The gate of every GPU section: True when the lesson runs on a CUDA GPU and at least ``needed`` are visible;
+    otherwise print one line saying what is skipped and why (another device was chosen, or too few GPUs)."""
+    device = torch.device(device)
+    count = cuda_gpu_count()
+    if device.type == "cuda" and count >= needed:
         return True
-    print(f"Skipped (needs {needed} CUDA GPU{'s' if needed > 1 else ''}, this machine has {count}): {shows}")
+    if count == 0 or device.type == "cuda":
+        why = f"needs {needed} CUDA GPU{'s' if needed > 1 else ''}, this machine has {count}"
+    else:
+        why = f"the lesson runs on {device.type}, not on this machine's CUDA GPU{'s' if count > 1 else ''}"
+    print(f"Skipped ({why}): {shows}")
     return False
 
 

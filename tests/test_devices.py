@@ -317,3 +317,23 @@ def test_speed_comparison_rejects_missing_or_impossible_timings():
         timing.speed_comparison("the GPU", [], "the CPU", [1.0])
     with pytest.raises(ValueError, match="must be positive seconds"):
         timing.speed_comparison("the GPU", [1.0], "the CPU", [0.0])
+
+
+@pytest.mark.parametrize(
+    ("card", "capability", "dtype"),
+    [("P100", (6, 0), torch.float16), ("T4", (7, 5), torch.float16), ("A100", (8, 0), torch.bfloat16),
+     ("H100", (9, 0), torch.bfloat16)],
+)
+def test_mixed_precision_follows_the_compute_capability(card, capability, dtype):
+    assert devices.cuda_autocast_dtype(capability) is dtype, card
+    assert devices.needs_grad_scaler(devices.cuda_autocast_dtype(capability)) is (dtype is torch.float16), card
+
+
+def test_autocast_dtype_asks_the_lessons_cuda_device_for_its_capability(monkeypatch):
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: asked.append(d) or (7, 5))
+    assert devices.autocast_dtype("cuda:1") is torch.float16
+    assert asked == [torch.device("cuda:1")]
+    assert devices.autocast_dtype("cpu") is torch.bfloat16
+    assert devices.needs_grad_scaler(torch.bfloat16) is False
+    assert devices.needs_grad_scaler(None) is False

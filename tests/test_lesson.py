@@ -49,16 +49,34 @@ def test_headline_prints_outside_notebooks(capsys):
     assert capsys.readouterr().out.strip() == "Headline: test accuracy: 88.0%"
 
 
-def test_enough_gpus_prints_one_skip_line(monkeypatch, capsys):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert lesson.enough_gpus(2, "the batch split across GPUs") is False
-    assert capsys.readouterr().out == (
-        "Skipped (needs 2 CUDA GPUs, this machine has 0): the batch split across GPUs\n"
-    )
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert lesson.enough_gpus(2, "x") is True
-    assert capsys.readouterr().out == ""
+def machine_with_gpus(monkeypatch, count: int) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "device", "needed", "runs", "line"),
+    [
+        (0, "cpu", 1, False, "Skipped (needs 1 CUDA GPU, this machine has 0): the copy\n"),
+        (0, "cpu", 2, False, "Skipped (needs 2 CUDA GPUs, this machine has 0): the copy\n"),
+        (1, "cpu", 1, False, "Skipped (the lesson runs on cpu, not on this machine's CUDA GPU): the copy\n"),
+        (2, "cpu", 2, False, "Skipped (the lesson runs on cpu, not on this machine's CUDA GPUs): the copy\n"),
+        (1, "cuda", 2, False, "Skipped (needs 2 CUDA GPUs, this machine has 1): the copy\n"),
+        (1, "cuda:0", 1, True, ""),
+        (2, "cuda", 2, True, ""),
+    ],
+)
+def test_gpu_section_runs_only_on_the_lessons_cuda_device(monkeypatch, capsys, gpus, device, needed, runs, line):
+    machine_with_gpus(monkeypatch, gpus)
+    assert lesson.gpu_section(torch.device(device), "the copy", needed) is runs
+    assert capsys.readouterr().out == line
+
+
+@pytest.mark.parametrize(("gpus", "device", "ids"), [(0, "cpu", []), (1, "cpu", []), (2, "cpu", []),
+                                                      (1, "cuda", [0]), (2, "cuda:0", [0, 1])])
+def test_gpu_ids_are_empty_unless_the_lesson_runs_on_cuda(monkeypatch, gpus, device, ids):
+    machine_with_gpus(monkeypatch, gpus)
+    assert lesson.gpu_ids(device) == ids
 
 
 def test_format_rows_pads_columns_rules_the_header_and_aligns_the_named_columns_right():

@@ -263,6 +263,17 @@ def gpu_section(device: str | torch.device, shows: str, needed: int = 1) -> bool
     return False
 
 
+def machine_gpus(shows: str, needed: int = 1) -> bool:
+    """The gate of a section that only describes the machine's CUDA GPUs (names, memory, compute capability) and runs
+    nothing on them, so it does not depend on the lesson's device: True when at least ``needed`` are visible; otherwise
+    print one line saying what is skipped and why. Work on a GPU goes under ``gpu_section`` instead."""
+    count = cuda_gpu_count()
+    if count >= needed:
+        return True
+    print(f"Skipped (needs {needed} CUDA GPU{'s' if needed > 1 else ''}, this machine has {count}): {shows}")
+    return False
+
+
 class ErrorExpectationFailed(AssertionError):
     """A block run under ``expect_error`` did not raise the error the lesson is about."""
 

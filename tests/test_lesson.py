@@ -72,6 +72,21 @@ def test_gpu_section_runs_only_on_the_lessons_cuda_device(monkeypatch, capsys, g
     assert capsys.readouterr().out == line
 
 
+@pytest.mark.parametrize(
+    ("gpus", "needed", "runs", "line"),
+    [
+        (0, 1, False, "Skipped (needs 1 CUDA GPU, this machine has 0): the names\n"),
+        (1, 2, False, "Skipped (needs 2 CUDA GPUs, this machine has 1): the names\n"),
+        (1, 1, True, ""),
+        (2, 2, True, ""),
+    ],
+)
+def test_machine_gpus_asks_the_machine_whatever_the_lessons_device(monkeypatch, capsys, gpus, needed, runs, line):
+    machine_with_gpus(monkeypatch, gpus)
+    assert lesson.machine_gpus("the names", needed) is runs
+    assert capsys.readouterr().out == line
+
+
 @pytest.mark.parametrize(("gpus", "device", "ids"), [(0, "cpu", []), (1, "cpu", []), (2, "cpu", []),
                                                       (1, "cuda", [0]), (2, "cuda:0", [0, 1])])
 def test_gpu_ids_are_empty_unless_the_lesson_runs_on_cuda(monkeypatch, gpus, device, ids):

@@ -84,3 +84,30 @@ def test_load_wrapped_checkpoint() -> None:
     assert not check(not_strict, device)  # loads nothing: random weights
     assert not check(lambda path, device: nn.DataParallel(load_plain(path, device)), device)  # still wrapped
     assert not check(None, device)
+
+
+def _reference(path: Path, device: torch.device) -> nn.Module:
+    model = MLP().to(device)
+    model.load_state_dict(parallel.strip_module_prefix(torch.load(path, map_location=device, weights_only=True)))
+    return model
+
+
+class OnOneGpu(nn.DataParallel):
+    """DataParallel as one visible GPU makes it: the module moved to that GPU (meta stands in for cuda:0 here)."""
+
+    def __init__(self, module: nn.Module, *args, **kwargs) -> None:
+        nn.Module.__init__(self)
+        self.module, self.device_ids = module.to("meta"), []
+
+
+def test_load_plain_checker_keeps_its_checkpoint_on_the_cpu_when_dataparallel_would_move_it(monkeypatch) -> None:
+    monkeypatch.setattr(nn, "DataParallel", OnOneGpu)
+    monkeypatch.setattr(torch.nn.parallel, "DataParallel", OnOneGpu)
+    assert CHECKERS["06_load_wrapped_checkpoint"](_reference, torch.device("cpu"))
+
+
+def test_load_plain_checker_gives_a_verdict_for_weights_it_cannot_read_back(capsys) -> None:
+    meta = torch.device("meta")  # a device whose tensors hold no values, like a GPU's seen from a test without one
+    assert not CHECKERS["06_load_wrapped_checkpoint"](_reference, meta)
+    assert "could not be read back to the CPU" in capsys.readouterr().out
+

@@ -92,7 +92,8 @@ BREAKAGES = {
         "torch.cuda.Stream outside `if lesson.gpu_section",
     ),
     "gated by the machine, not the device": (
-        lambda nb: setattr(nb.cells[1], "source", 'if lesson.enough_gpus(1, "x"):\n    torch.cuda.memory_allocated(device)'),
+        lambda nb: setattr(nb.cells[1], "source",
+                           'if lesson.enough_gpus(1, "x"):\n    torch.cuda.memory_allocated(device)'),
         "torch.cuda.memory_allocated outside",
     ),
     "work under the machine's gate": (
@@ -143,8 +144,9 @@ GATED = {
                                    "    torch.cuda.synchronize(device)",
     "a helper used only under the gate": "def show():\n    print(torch.cuda.memory_allocated(device))\n\n\n"
                                          'if lesson.gpu_section(device, "x"):\n    show()\n    run(show)',
-    "the machine's report under its gate": 'if lesson.machine_gpus("names"):\n    for i in range(torch.cuda.device_count()):'
-                                           "\n        print(torch.cuda.get_device_properties(i).name)",
+    "the machine's report under its gate": 'if lesson.machine_gpus("names"):\n'
+                                           "    for i in range(torch.cuda.device_count()):\n"
+                                           "        print(torch.cuda.get_device_properties(i).name)",
     "names that need no GPU": "print(torch.cuda.is_available(), torch.cuda.device_count(), torch.cuda.get_arch_list())"
                               '\nraise torch.cuda.OutOfMemoryError("simulated")',
     "magics": '%%writefile s.py\nimport torch\ntorch.cuda.synchronize()',

@@ -71,6 +71,37 @@ def test_round_trip_from_data_parallel_into_a_plain_model() -> None:
         assert torch.equal(p, q.cpu()), name
 
 
+
+def _lesson06_data_parallel(gpu_ids: list[int]):
+    """Lesson 06's ``data_parallel``, defined from its cell with the lesson's ``gpu_ids``."""
+    import nbformat
+
+    nb = nbformat.read(ROOT / "notebooks" / "06_data_parallel.ipynb", as_version=4)
+    source = next(c.source for c in nb.cells if c.get("id") == "c10")
+    namespace = {"nn": nn, "torch": torch, "gpu_ids": gpu_ids}
+    exec(source.split("\n\n\ntorch.manual_seed")[0], namespace)  # the function only, not the cell's calls
+    return namespace["data_parallel"]
+
+
+def test_lesson06_keeps_dataparallel_off_the_gpus_when_the_lesson_runs_on_the_cpu(monkeypatch) -> None:
+    taken = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a machine with CUDA GPUs
+    monkeypatch.setattr(nn.DataParallel, "__init__", lambda self, *a, **k: taken.append(a))  # would take them
+    model = MLP()
+    wrapper = _lesson06_data_parallel([])(model)  # the lesson runs on the CPU: lesson.gpu_ids gave []
+    assert taken == [] and isinstance(wrapper, nn.DataParallel) and wrapper.module is model
+    assert wrapper.device_ids == [] and next(model.parameters()).device.type == "cpu"
+    X = torch.randn(3, 1, 28, 28)
+    assert torch.equal(wrapper(X), model(X))  # every call goes straight to the model
+    assert all(key.startswith("module.") for key in wrapper.state_dict())
+
+
+def test_lesson06_wraps_with_the_lessons_gpus(monkeypatch) -> None:
+    taken = []
+    monkeypatch.setattr(nn.DataParallel, "__init__", lambda self, *a, **k: taken.append(k) or nn.Module.__init__(self))
+    _lesson06_data_parallel([0, 1])(MLP())
+    assert taken == [{"device_ids": [0, 1], "output_device": 0}]
+
 @pytest.mark.parametrize(
     ("batch", "gpus", "expected"),
     [(8, 2, [4, 4]), (10, 4, [3, 3, 3, 1]), (5, 4, [2, 2, 1]), (3, 8, [1, 1, 1]), (7, 1, [7])],

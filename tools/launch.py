@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import inspect
 import os
 import re
 import sys
@@ -159,6 +160,26 @@ def install_source(url: str, ref: str = REF) -> str:
     return f"git+{url}@{ref}"
 
 
+# The bootstrap carries this function's source, so it must stay plain Python that needs only ``re``.
+def pip_said(output: str) -> str:
+    """The line of a failed pip's output that says why: git's or the network's error, pip's Hint, the last line a
+    failed subprocess printed, pip's first ERROR, or what did not run; never pip's closing note, and no colour codes."""
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output).splitlines()]
+    heads = [i for i, line in enumerate(lines) if re.search(r"\[\d+ lines? of output\]$", line)]
+    block = lines[heads[0] + 1 :] if heads else []
+    block = block[: block.index("[end of output]")] if "[end of output]" in block else []
+    network = (r"(Could not resolve host|Failed to establish a new connection|Temporary failure in name resolution"
+               r"|Name or service not known|Network is unreachable|Connection refused|timed out"
+               r"|certificate verify failed)[^'\"]*")
+
+    def first(pattern: str, among: list[str] = lines) -> str:
+        return next((found.group(0).strip() for found in map(re.compile(pattern).search, among) if found), "")
+
+    rest = [line for line in lines if line and not line.startswith("note:")]
+    return (first(r"^fatal: .+") or first(network) or first(r"^Hint: .+") or first(r".+", block[::-1])
+            or first(r"^ERROR: .+") or first(r".+ did not run successfully\.$") or (rest[-1] if rest else ""))
+
+
 def bootstrap(url: str, ref: str = REF, version: str = __version__) -> str:
     """The canonical first lines of every setup cell: install the helpers where missing, then check them.
 
@@ -166,11 +187,13 @@ def bootstrap(url: str, ref: str = REF, version: str = __version__) -> str:
     IPython shows as the message alone (``_render_traceback_``), and which stops Run all like any exception.
     """
     kaggle = " or ".join(f'"{name}" in os.environ' for name in KAGGLE_VARIABLES)
+    said_source = inspect.getsource(pip_said).strip()
     return f'''\
 # Installs the course helpers where they are missing (Colab, Kaggle; the PyTorch there is kept), then checks that
 # `helpers` is the course's package in the version this notebook was written for.
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 
@@ -183,11 +206,15 @@ class SetupError(Exception):
         return [f"SetupError: {{self}}"]
 
 
+{said_source}
+
+
 if importlib.util.find_spec("helpers") is None:
     install = [sys.executable, "-m", "pip", "install", "-q", "--no-color", source]  # keeps the torch that is there
-    pip = subprocess.run(install, capture_output=True, text=True)
+    plain = {{**{{k: v for k, v in os.environ.items() if k != "FORCE_COLOR"}}, "NO_COLOR": "1"}}  # Jupyter sets it
+    pip = subprocess.run(install, capture_output=True, text=True, env=plain)
     if pip.returncode != 0:
-        said = (pip.stderr.strip() or f"exit status {{pip.returncode}}").splitlines()[-1]  # pip's last word
+        said = pip_said(pip.stdout + pip.stderr) or f"exit status {{pip.returncode}}"
         named = " (named by {ENV_SOURCE})" if "{ENV_SOURCE}" in os.environ else ""
         if {kaggle}:
             fix = ("On Kaggle this usually means Internet is off: switch it on in Settings > Internet (in the "

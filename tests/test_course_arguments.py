@@ -1,5 +1,5 @@
-"""tools.course run: every argument and COURSE_* variable is checked before anything starts (one message, exit
-status 2, no output folder), and a notebook file that is not a notebook fails on its own with a message that says so."""
+"""tools.course run: every argument and COURSE_* variable, and every lesson's JSON, is checked before anything starts
+(one message, exit status 2, no output folder); a damaged lesson is named with the fix."""
 
 from __future__ import annotations
 
@@ -119,18 +119,27 @@ def test_an_output_folder_that_cannot_be_made_is_named(capsys, lessons, tmp_path
     assert f"--output {blocker / 'out'}: cannot write there (Not a directory)." in err
 
 
-def test_a_damaged_notebook_fails_alone_with_what_is_wrong(capsys, tmp_path, monkeypatch):
+def test_a_damaged_notebook_is_refused_before_any_lesson_starts(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_DATASET", "FashionMNIST")  # the runner sets os.environ; monkeypatch restores it
     folder = tmp_path / "nbs"
     folder.mkdir()
-    (folder / "00_cut.ipynb").write_text('{"cells": [\n  {"cell_type": "code",')
-    code, err = _run(capsys, "--notebooks", str(folder), "--output", str(tmp_path / "out"))
-    assert code == 1
-    assert (
-        "00_cut.ipynb failed: the file is not a valid notebook: its JSON breaks off or is damaged at line 2, column 24 "
-        "(Expecting property name enclosed in double quotes). Restore it (git checkout -- 00_cut.ipynb" in err
+    nbformat.write(new_notebook(cells=[new_code_cell("print(1)")]), folder / "00_fine.ipynb")
+    (folder / "01_cut.ipynb").write_text('{"cells": [\n  {"cell_type": "code",')
+    started = []
+    monkeypatch.setattr(course, "run_notebook", lambda path, *args, **kwargs: started.append(path))
+    err = _refused(capsys, tmp_path / "out", "--notebooks", str(folder))
+    assert started == [], "the lesson before the damaged one ran"
+    assert err.strip() == (
+        f"{folder / '01_cut.ipynb'}: the file is not a valid notebook: its JSON breaks off or is damaged at line 2, "
+        f"column 24 (Expecting property name enclosed in double quotes). Restore it (git checkout -- "
+        f"{folder / '01_cut.ipynb'} in a clone, or download it again)."
     )
-    assert "Executed copy" not in err  # there is none to look at
+
+
+def test_a_lesson_of_the_clone_is_named_with_its_notebooks_folder() -> None:
+    lesson = course.find_notebooks(course.NOTEBOOKS, "05")[0]
+    assert course.shown_path(lesson) == f"notebooks/{lesson.name}"
+    assert course.shown_path(Path("/elsewhere/05_x.ipynb")) == "/elsewhere/05_x.ipynb"
 
 
 def test_write_back_refuses_helpers_from_another_clone(capsys, monkeypatch, tmp_path: Path) -> None:
@@ -143,3 +152,13 @@ def test_write_back_refuses_helpers_from_another_clone(capsys, monkeypatch, tmp_
     assert f"`import helpers` finds {other}" in err and "pip install --no-deps -e ." in err
     monkeypatch.undo()
     assert course._helpers_elsewhere() is None  # this clone's helpers, as the test run imports them
+
+
+def test_a_python_without_papermill_is_refused_with_the_fix(capsys, monkeypatch, lessons, tmp_path):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "papermill" else real(name, *a))
+    err = _refused(capsys, tmp_path / "out", "--notebooks", str(lessons))
+    assert err.startswith("this Python (") and "has no papermill, which runs the notebooks" in err
+    assert ".venv/bin/python -m tools.course" in err

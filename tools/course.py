@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fnmatch
+import importlib.util
 import json
 import os
 import re
@@ -29,13 +30,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-import nbformat
+FIX_PYTHON = (
+    "run it from the clone's root with the course's environment: .venv/bin/python -m tools.course ... (the set-up is "
+    "in README.md)"
+)
+"""How to start the runner where it was started with a Python that lacks what it needs."""
 
-import helpers
-from helpers import devices
-from helpers.data import ENV_DATASET, canonical_name
-from helpers.devices import ENV_DEVICE
-from helpers.lesson import ENV_QUICK, RECORD_MIME, ParameterError, env_flag, format_rows
+try:  # torch comes with helpers: the first seconds of a run
+    import nbformat
+
+    import helpers
+    from helpers import devices
+    from helpers.data import ENV_DATASET, canonical_name
+    from helpers.devices import ENV_DEVICE
+    from helpers.lesson import ENV_QUICK, RECORD_MIME, ParameterError, env_flag, format_rows
+except ModuleNotFoundError as exc:
+    if __name__ != "__main__":
+        raise
+    print(f"python -m tools.course: this Python ({sys.executable}) has no {exc.name}; {FIX_PYTHON}.", file=sys.stderr)
+    sys.exit(2)
+except KeyboardInterrupt:
+    if __name__ != "__main__":
+        raise
+    print("Stopped by SIGINT before any notebook started.", file=sys.stderr)
+    sys.exit(128 + signal.SIGINT)
 
 if TYPE_CHECKING:
     import psutil
@@ -215,6 +233,14 @@ def stop_child_processes(keep: Collection[int] = (), grace: float = STOP_GRACE) 
     return len(first) + len(late)
 
 
+def shown_path(path: Path) -> str:
+    """``path`` as a command typed in the clone's root names it (``notebooks/05_....ipynb``), else as given."""
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def _not_a_notebook(path: Path) -> str | None:
     """Why ``path`` cannot be executed as a notebook (not JSON, cut short, unreadable); None when it can."""
     try:
@@ -224,8 +250,8 @@ def _not_a_notebook(path: Path) -> str | None:
     except json.JSONDecodeError as exc:
         return (
             "the file is not a valid notebook: its JSON breaks off or is damaged at "
-            f"line {exc.lineno}, column {exc.colno} ({exc.msg}). Restore it (git checkout -- {path.name} in a "
-            "clone, or download it again)."
+            f"line {exc.lineno}, column {exc.colno} ({exc.msg}). Restore it (git checkout -- {shown_path(path)} in "
+            "a clone, or download it again)."
         )
     return None
 
@@ -382,6 +408,9 @@ def _helpers_elsewhere() -> Path | None:
 
 def check_arguments(args: argparse.Namespace) -> list[Path]:
     """The notebooks to run, once every argument and COURSE_* variable is known to be usable; else UsageError."""
+    for module in ("papermill", "ipykernel"):  # what runs the notebooks, each in a kernel of this Python
+        if importlib.util.find_spec(module) is None:
+            raise UsageError(f"this Python ({sys.executable}) has no {module}, which runs the notebooks; {FIX_PYTHON}.")
     folder = Path(args.notebooks)
     if not folder.is_dir():
         what = "is a file, not a folder" if folder.exists() else "does not exist"
@@ -399,6 +428,10 @@ def check_arguments(args: argparse.Namespace) -> list[Path]:
             f"--only {args.only!r} matches no notebook in {folder}. Give a lesson number or the start of a name "
             f"({names}), several separated by commas, or a pattern such as '0[1-4]'."
         )
+    for path in paths:  # a damaged lesson is found before the first one starts, not when its turn comes
+        broken = _not_a_notebook(path)
+        if broken:
+            raise UsageError(f"{shown_path(path)}: {broken}")
     if args.dataset:
         try:
             canonical_name(args.dataset)
@@ -649,4 +682,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # before the runner's own handler is in place
+        print("Stopped by SIGINT before any notebook started.", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)

@@ -1,0 +1,58 @@
+"""The runner's first seconds: started with a Python that lacks what it needs (the system ``python3`` instead of
+``.venv/bin/python``), it says so in one line with the fix; stopped by Ctrl-C while torch imports, it says so in one
+line and exits 130, without a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bare_python(where: Path) -> Path:
+    """A Python with the standard library alone, as the system ``python3`` of a fresh machine is."""
+    venv.create(where, with_pip=False)
+    return where / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
+
+
+@pytest.mark.parametrize("command", ["run", "list"])
+def test_a_python_without_the_course_environment_is_named_with_the_fix(command: str, tmp_path: Path) -> None:
+    python = _bare_python(tmp_path / "bare")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    args = ["run", "--quick"] if command == "run" else ["list"]
+    done = subprocess.run([str(python), "-m", "tools.course", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"python -m tools.course: this Python ({python}) has no ")
+    assert "from the clone's root with the course's environment: .venv/bin/python -m tools.course" in lines[0]
+
+
+STOP_WHILE_IMPORTING = """
+import runpy, sys
+
+class CtrlC:  # Ctrl-C arriving while torch imports, at the same moment every time
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            raise KeyboardInterrupt
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["tools.course", *sys.argv[1:]]
+runpy.run_module("tools.course", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("command", [["run", "--quick"], ["list"]])
+def test_ctrl_c_while_torch_imports_prints_one_line_and_exits_130(command: list[str]) -> None:
+    done = subprocess.run([sys.executable, "-c", STOP_WHILE_IMPORTING, *command], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60, check=False)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "Stopped by SIGINT before any notebook started.\n"

@@ -46,7 +46,8 @@ def _unanswered(exercise: str, *answers: Any) -> bool:
 
 @exercise("00_zeros_on_device")
 def check_zeros_on_device(x: torch.Tensor | None, device: torch.device) -> bool:
-    """Lesson 00: a (2, 3) float32 tensor of zeros, created directly on ``device``."""
+    """Lesson 00: a (2, 3) float32 tensor of zeros on ``device``. Only the tensor is checked: one made on the CPU and
+    moved there passes too, and the exercise asks for no more."""
     name = "zeros on the device"
     if _unanswered(name, x):
         return False
@@ -66,7 +67,8 @@ def check_zeros_on_device(x: torch.Tensor | None, device: torch.device) -> bool:
 
 @exercise("01_move_with_dtype")
 def check_moved_copy(moved: torch.Tensor | None, values: list | None, data: torch.Tensor, device: torch.device) -> bool:
-    """Lesson 01: ``data`` on ``device`` as float64 in one ``.to`` call, and its values back as a Python list."""
+    """Lesson 01: ``data`` on ``device`` as float64, and its values back as a Python list. Only the results are
+    checked, not how many calls made them, and the exercise asks for no more."""
     name = "move with a dtype"
     if _unanswered(name, moved, values):
         return False

@@ -72,3 +72,18 @@ def test_device_agnostic_noise(capsys):
     assert check(noise_written_into_x, DEVICE) is False
     assert check(lambda x, std: None, DEVICE) is False
     assert check("add_noise", DEVICE) is False
+
+
+def test_the_move_exercise_asks_only_what_the_checker_can_see():
+    from pathlib import Path
+
+    import nbformat
+
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "01_tensors_on_devices.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    task = next(c.source for c in nb.cells if c.get("id") == "c40")
+    assert "single" not in task and "in one call" not in task  # the checker cannot tell one .to() from two
+    assert "not at the calls that\nmade them" in task
+    data = torch.tensor([1, 2, 3, 4])
+    moved = data.to(torch.float64).to(DEVICE)  # two calls: also passes, and the exercise no longer asks for one
+    assert CHECKERS["01_move_with_dtype"](moved, moved.tolist(), data, DEVICE) is True

@@ -128,3 +128,36 @@ def test_no_committed_output_holds_a_machine_path() -> None:
                 if match := LOCAL_PATH.search(text):
                     found.append(f"{path.name} cell {index}: {match.group(0)}")
     assert not found, found
+
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_jupyter_lab_is_named_as_the_set_up_leaves_it() -> None:
+    """The set-up never activates the environment, so a bare `jupyter lab` is not found after it."""
+    for match in re.finditer(r"`([^`]*\bjupyter lab[^`]*)`", README):
+        command = match.group(1)
+        sentence = README[max(0, match.start() - 200) : match.end() + 200]
+        assert ".venv/bin/jupyter lab" in command or "source .venv/bin/activate" in sentence, command
+
+
+def test_the_set_up_names_the_python_it_needs_the_size_and_a_cpu_only_route() -> None:
+    setup = README.split("\n## Set up and run\n", 1)[1].split("\n## ", 1)[0]
+    before_command = setup.split("```bash", 1)[0]
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    floor = re.search(r'^requires-python = ">=(\d+\.\d+)"', pyproject, re.M).group(1)
+    assert f"Python {floor} or newer" in before_command
+    assert re.search(r"`\.venv`\s+folder\s+takes\s+about\s+\d+(\.\d+)?\s+GB", setup)
+    lock = (ROOT / "requirements-lock.txt").read_text(encoding="utf-8")
+    pins = [re.search(rf"^{name}==\S+", lock, re.M).group(0) for name in ("torch", "torchvision")]
+    cpu = [c for c in bash_commands(ROOT / "README.md") if "download.pytorch.org/whl/cpu" in c]
+    assert cpu == [f".venv/bin/pip install {' '.join(pins)} --index-url https://download.pytorch.org/whl/cpu"]
+
+
+def test_the_runners_status_2_list_holds_only_what_exits_2_before_any_lesson() -> None:
+    start = README.index("each of these exits with status 2 before any lesson starts:")
+    listed = README[start:].split("\n\n", 2)[1]  # the bullet list right after that sentence
+    assert listed.startswith("- **")
+    for later in ("timed out after", "`interrupted`", "130", "143", "Ctrl-C"):
+        assert later not in listed, f"{later!r} is not refused before a lesson starts"
+    assert "not a valid notebook" in listed and "git checkout --\n  notebooks/" in listed

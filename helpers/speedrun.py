@@ -22,6 +22,7 @@ import platform
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,8 +35,37 @@ from helpers import devices
 from helpers.lesson import as_fraction, format_rows
 from helpers.timing import KEPT, NO_CLEAR_DIFFERENCE, SLOWER, compare, format_seconds
 
-TARGET, QUICK_TARGET = 0.88, 0.60
-"""The default targets: Fashion-MNIST test accuracy for a full run, and for quick mode's small subset and models."""
+
+@dataclass(frozen=True)
+class DatasetPlan:
+    """What a speedrun on one dataset aims for, and which augmentations keep its labels true."""
+
+    target: float
+    """The test accuracy a full run is timed to."""
+    quick_target: float
+    """The same for quick mode's small subset and small models."""
+    stretch: float | None
+    """A harder target for records (``--target``), or None."""
+    mirror_keeps_label: bool
+    """Whether an image mirrored left-right still shows its class: a mirrored shirt is a shirt, a mirrored 2 is no
+    digit at all. The flip rungs run only where it does."""
+
+
+DATASETS = {
+    "FashionMNIST": DatasetPlan(target=0.88, quick_target=0.60, stretch=0.94, mirror_keeps_label=True),
+    "MNIST": DatasetPlan(target=0.99, quick_target=0.80, stretch=None, mirror_keeps_label=False),
+}
+"""Each dataset's targets: on MNIST every rung passes 88% at its first evaluation, so MNIST speedruns aim for 99%."""
+
+
+def default_target(dataset: str, quick: bool) -> float:
+    """The target of ``dataset`` (a name ``helpers.data.canonical_name`` accepts) for a full run or quick mode."""
+    from helpers.data import canonical_name
+
+    plan = DATASETS[canonical_name(dataset)]
+    return plan.quick_target if quick else plan.target
+
+
 QUICK_RUNS = 2
 QUICK_EPOCHS = 2
 """Quick mode multiplies every recipe's epoch budget by this: its subset gives 8 steps an epoch at batch 512, too few
@@ -243,7 +273,9 @@ class Recipe:
     batch_size: int = 64
     optimizer: str = "Adadelta+StepLR"  # the example's; or "SGD+OneCycle" (Nesterov momentum, one-cycle schedule)
     model: str = "examples"  # or "sized" (``sized_network``: chosen for the device)
-    bf16_channels_last: bool = False
+    mixed_precision: bool = False
+    """Autocast to the 16-bit type ``devices.autocast_dtype`` picks for the device (a GradScaler with float16), and
+    channels_last."""
     fused: bool = False
     flips: bool = False
     label_smoothing: float = 0.0
@@ -260,8 +292,31 @@ class Rung:
     """Why the change could pay: the lesson it comes from."""
 
 
+def _rung_dtype(device: torch.device) -> torch.dtype | None:
+    """The type the mixed-precision rung autocasts to on ``device``: it runs on CUDA GPUs only, so None elsewhere."""
+    return devices.autocast_dtype(device) if device.type == "cuda" else None
+
+
+def precision_name(device: torch.device) -> str:
+    """How the mixed-precision rung is named on ``device``: the type it autocasts to there (on a CUDA GPU)."""
+    dtype = _rung_dtype(device)
+    short = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "16-bit")
+    return f"{short} autocast{' + GradScaler' if devices.needs_grad_scaler(dtype) else ''} + channels_last"
+
+
+def precision_mechanism(device: torch.device) -> str:
+    """Why the mixed-precision rung could pay, for the type it uses on ``device``."""
+    dtype = _rung_dtype(device)
+    cores = "on tensor cores where the GPU has them; it pays where the kernels take the time"
+    if dtype is torch.float16:
+        return f"lesson 08: fp16 matrix products and convolutions, the GradScaler guarding fp16's narrow range, {cores}"
+    if dtype is torch.bfloat16:
+        return f"lesson 08: bf16 matrix products and convolutions, float32's range so no scaler, {cores}"
+    return f"lesson 08: 16-bit matrix products and convolutions, {cores}"
+
+
 def ladder(device: torch.device, quick: bool) -> list[Rung]:
-    """The rungs, in order. Only rung 1's network and budget and rung 3's batch depend on the device.
+    """The rungs, in order. Rung 1's network and budget, rung 3's batch and rung 4's 16-bit type depend on the device.
 
     The network comes before the data: a rung can pay only when the part it speeds up is what limits the step, and
     where the examples CNN takes most of the step time, feeding it faster hardly shows. Once the network suits the
@@ -277,8 +332,7 @@ def ladder(device: torch.device, quick: bool) -> list[Rung]:
         Rung("3 bigger batch + one-cycle", one_cycle_plan(device, quick),
              "lessons 05 and 08: a step's fixed cost is paid less often; the one-cycle schedule lets the larger "
              "batch train with a high learning rate, and ends within a short budget"),
-        Rung("4 bf16 autocast + channels_last", {"bf16_channels_last": True},
-             "lesson 08: cheaper arithmetic on tensor cores, where the kernels take the time"),
+        Rung(f"4 {precision_name(device)}", {"mixed_precision": True}, precision_mechanism(device)),
         Rung("5 fused optimizer", {"fused": True},
              "lesson 08: one kernel for the whole update instead of one per tensor"),
         Rung("6 random flips on the device", {"flips": True},
@@ -289,11 +343,13 @@ def ladder(device: torch.device, quick: bool) -> list[Rung]:
     ]
 
 
-def skip_reason(recipe: Recipe, device: torch.device) -> str | None:
-    """Why ``recipe`` cannot run on ``device`` (None if it can)."""
-    if recipe.bf16_channels_last and device.type != "cuda":
-        return (f"bf16 autocast is tried on CUDA GPUs only, where tensor cores run it; on {device.type} lesson 08 "
-                "measures it instead")
+def skip_reason(recipe: Recipe, device: torch.device, dataset: str | None = None) -> str | None:
+    """Why ``recipe`` cannot run on ``device`` with ``dataset`` (None if it can)."""
+    if (recipe.flips or recipe.test_flips) and dataset in DATASETS and not DATASETS[dataset].mirror_keeps_label:
+        return (f"a mirrored image is not always of its class on {dataset} (a mirrored 2, 3 or 7 is not that digit), "
+                "so flips would train on wrong labels")
+    if recipe.mixed_precision and device.type != "cuda":
+        return f"mixed precision is tried on CUDA GPUs only; on {device.type} lesson 08 measures autocast instead"
     if recipe.fused and recipe.optimizer != "SGD+OneCycle":
         return (f"the fused update is tried with SGD, and the kept recipe trains with {recipe.optimizer.split('+')[0]} "
                 "(the one-cycle rung was not kept)")
@@ -309,7 +365,33 @@ def build_model(recipe: Recipe, device: torch.device, quick: bool) -> nn.Module:
     """A fresh model for ``recipe`` on ``device`` (channels_last when the recipe says so)."""
     model = ExamplesNet(width=0.25 if quick else 1.0) if recipe.model == "examples" else sized_network(device, quick)
     model = model.to(device)
-    return model.to(memory_format=torch.channels_last) if recipe.bf16_channels_last else model
+    return model.to(memory_format=torch.channels_last) if recipe.mixed_precision else model
+
+
+def autocast_dtype(recipe: Recipe, device: torch.device) -> torch.dtype | None:
+    """The type ``recipe`` autocasts to on ``device``: None without mixed precision (or where autocast cannot run);
+    otherwise ``devices.autocast_dtype``: on CUDA, fp16 below compute capability 8.0 and bf16 from 8.0."""
+    return devices.autocast_dtype(device) if recipe.mixed_precision else None
+
+
+def grad_scaler(dtype: torch.dtype | None, device: torch.device) -> torch.amp.GradScaler | None:
+    """A GradScaler where training under ``dtype`` needs one (fp16), else None."""
+    return torch.amp.GradScaler(device.type) if devices.needs_grad_scaler(dtype) else None
+
+
+def _autocast(device: torch.device, dtype: torch.dtype | None):
+    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
+
+
+def _update(loss: torch.Tensor, opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
+    """Backward and optimizer step, through ``scaler`` if there is one (it skips a step whose gradients overflowed)."""
+    if scaler is None:
+        loss.backward()
+        opt.step()
+        return
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
 
 
 def build_optimizer(recipe: Recipe, model: nn.Module, total_steps: int):
@@ -331,10 +413,12 @@ def _flip_some(X: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Data:
-    """The train and test sets of one run, as torchvision datasets (or Subsets of them)."""
+    """The train and test sets of one run, as torchvision datasets (or Subsets of them), and the dataset's name."""
 
     train: Any
     test: Any
+    name: str | None = None
+    """``"MNIST"`` or ``"FashionMNIST"``: which rungs suit the data (``skip_reason``); None when unknown."""
 
 
 def batch_size(recipe: Recipe, train_size: int) -> int:
@@ -357,7 +441,8 @@ def training_steps(recipe: Recipe, model: nn.Module, data: Data, device: torch.d
         loader = DataLoader(data.train, batch_size=size, shuffle=True, generator=generator)
     total = recipe.epochs * len(loader)
     opt, schedule = build_optimizer(recipe, model, total)
-    amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=recipe.bf16_channels_last)
+    dtype = autocast_dtype(recipe, device)
+    scaler = grad_scaler(dtype, device)
 
     def steps() -> Iterator[None]:
         model.train()
@@ -366,14 +451,18 @@ def training_steps(recipe: Recipe, model: nn.Module, data: Data, device: torch.d
                 X, y = X.to(device), y.to(device)  # a no-op for device-resident batches
                 if recipe.flips:
                     X = _flip_some(X)
-                if recipe.bf16_channels_last:
+                if recipe.mixed_precision:
                     X = X.contiguous(memory_format=torch.channels_last)
-                with amp:
+                with _autocast(device, dtype):
                     loss = F.cross_entropy(model(X), y, label_smoothing=recipe.label_smoothing)
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                schedule.step()
+                _update(loss, opt, scaler)
+                if scaler is None:
+                    schedule.step()
+                else:  # a step the scaler skipped leaves the schedule a step ahead, as PyTorch's AMP recipe does
+                    with warnings.catch_warnings():
+                        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)`")
+                        schedule.step()
                 yield None
 
     return steps(), total
@@ -384,7 +473,7 @@ def evaluator(recipe: Recipe, model: nn.Module, data: Data, device: torch.device
     from helpers.transfer import DeviceResidentLoader
 
     test = DeviceResidentLoader.from_dataset(data.test, device, batch_size=1000, shuffle=False)
-    amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=recipe.bf16_channels_last)
+    amp = _autocast(device, autocast_dtype(recipe, device))
 
     def evaluate() -> float:
         model.eval()
@@ -410,14 +499,15 @@ def warmup_call(recipe: Recipe, model: nn.Module, device: torch.device, batch: i
         opt, _ = build_optimizer(recipe, twin, total_steps=calls)
         X = torch.randn(batch, 1, 28, 28, device=device)
         y = torch.randint(0, 10, (batch,), device=device)
-        if recipe.bf16_channels_last:
+        if recipe.mixed_precision:
             X = X.contiguous(memory_format=torch.channels_last)
+        dtype = autocast_dtype(recipe, device)
+        scaler = grad_scaler(dtype, device)
         for _ in range(calls):
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=recipe.bf16_channels_last):
+            with _autocast(device, dtype):
                 loss = F.cross_entropy(twin(X), y)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            _update(loss, opt, scaler)
 
     return warmup
 
@@ -466,12 +556,14 @@ class RungResult:
 def run_ladder(data: Data, device: torch.device, target: float, seeds: Sequence[int], quick: bool,
                rungs: Sequence[Rung] | None = None, run: Callable[..., Attempt] = run_recipe,
                progress: Callable[[str, int], None] = lambda name, runs: None) -> list[RungResult]:
-    """Run every rung for every seed. A rung changes the last *kept* recipe, and is kept only when it beats it."""
+    """Run every rung for every seed. A rung changes the last *kept* recipe, and is kept only when it beats it; a rung
+    the device or the dataset (``data.name``) cannot use is skipped with the reason."""
     results: list[RungResult] = []
     kept: RungResult | None = None
+    dataset = getattr(data, "name", None)
     for rung in rungs if rungs is not None else ladder(device, quick):
         recipe = dataclasses.replace(kept.recipe if kept else Recipe(), **rung.change)
-        reason = skip_reason(recipe, device)
+        reason = skip_reason(recipe, device, dataset)
         if reason:
             results.append(RungResult(rung, recipe, [], SKIPPED, skipped=reason))
             progress(rung.name, len(seeds))
@@ -581,7 +673,7 @@ def load_data(dataset: str, quick: bool, verbose: bool = False) -> Data:
     """The dataset's train and test splits; quick mode keeps a fixed random 1,024 training and 256 test images."""
     from torch.utils.data import Subset
 
-    from helpers.data import load_dataset
+    from helpers.data import canonical_name, load_dataset
 
     train = load_dataset(dataset, train=True, verbose=verbose)
     test = load_dataset(dataset, train=False, verbose=verbose)
@@ -589,7 +681,7 @@ def load_data(dataset: str, quick: bool, verbose: bool = False) -> Data:
         g = torch.Generator().manual_seed(0)
         train = Subset(train, torch.randperm(len(train), generator=g)[:1024].tolist())
         test = Subset(test, torch.randperm(len(test), generator=g)[:256].tolist())
-    return Data(train, test)
+    return Data(train, test, canonical_name(dataset))
 
 
 def parse_target(text: str) -> float:
@@ -622,8 +714,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m helpers.speedrun``: run the ladder, print the table, optionally write JSON."""
     parser = argparse.ArgumentParser(prog="python -m helpers.speedrun", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N or mps")
+    defaults = "; ".join(f"{name} {plan.target:.0%}" + (f" (stretch {plan.stretch:.0%})" if plan.stretch else "")
+                         + f", quick mode {plan.quick_target:.0%}" for name, plan in DATASETS.items())
     parser.add_argument("--target", type=parse_target, default=None,
-                        help="test accuracy to reach: 0.88 or 88 (default 88%%, quick mode 60%%)")
+                        help=f"test accuracy to reach: 0.88 or 88 (default: the dataset's own: {defaults})"
+                        .replace("%", "%%"))
     parser.add_argument("--runs", type=_runs, default=3, help="seeds per rung (default 3)")
     parser.add_argument("--dataset", default="FashionMNIST", help="FashionMNIST (default) or MNIST")
     parser.add_argument("--quick", action="store_true", help="a small subset and small models: seconds on a CPU")
@@ -640,7 +735,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dataset = canonical_name(args.dataset)
     except ValueError as exc:
         parser.error(f"--dataset: {exc}")
-    target = args.target if args.target is not None else (QUICK_TARGET if args.quick else TARGET)
+    target = args.target if args.target is not None else default_target(dataset, args.quick)
     try:
         data = load_data(dataset, args.quick)
     except DatasetUnavailableError as exc:

@@ -131,9 +131,10 @@ def test_verdict_needs_times():
 
 @pytest.mark.parametrize("device", ["cpu", "cuda", "mps"])
 @pytest.mark.parametrize("quick", [False, True])
-def test_each_rung_changes_one_thing_and_the_ladder_builds_on_kept_rungs(device, quick):
+def test_each_rung_changes_one_thing_and_the_ladder_builds_on_kept_rungs(device, quick, monkeypatch):
     import torch
 
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))  # a T4, for "cuda"
     fields = set(speedrun.Recipe.__dataclass_fields__)
     rungs = speedrun.ladder(torch.device(device), quick)
     assert [r.name.split()[0] for r in rungs] == [str(i) for i in range(len(rungs))]
@@ -143,9 +144,10 @@ def test_each_rung_changes_one_thing_and_the_ladder_builds_on_kept_rungs(device,
         assert 1 <= len(changed) <= 2, rung.name  # "bigger batch + one-cycle" is one recipe: the batch and its schedule
 
 
-def test_the_one_cycle_rung_plans_its_batch_for_the_device():
+def test_the_one_cycle_rung_plans_its_batch_for_the_device(monkeypatch):
     import torch
 
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))  # an H100, for "cuda"
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert speedrun.one_cycle_plan(cpu, quick=False)["batch_size"] == 128  # compute-bound: a bigger batch buys little
     assert speedrun.one_cycle_plan(cuda, quick=False)["batch_size"] == 512  # launch-bound: fixed costs paid less often
@@ -210,7 +212,7 @@ def test_run_ladder_keeps_only_what_pays_and_changes_the_last_kept_recipe():
 def test_a_rung_the_device_cannot_run_is_skipped_with_its_reason():
     import torch
 
-    reason = speedrun.skip_reason(speedrun.Recipe(bf16_channels_last=True), torch.device("cpu"))
+    reason = speedrun.skip_reason(speedrun.Recipe(mixed_precision=True), torch.device("cpu"))
     assert reason and "CUDA" in reason
     assert speedrun.skip_reason(speedrun.Recipe(), torch.device("cpu")) is None
 

@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         train(args, data, device)
         # Wait for every rank before tearing down: a process that leaves right after its last collective can abort
-        # its peer (gloo, two CPU processes: SIGABRT in about one run in four without this barrier).
+        # its peer (seen with gloo on two CPU processes: SIGABRT, "terminate called without an active exception").
         dist.barrier()
     except Exception as exc:
         if lost_a_peer(exc):  # not this rank's failure: torchrun stops every process once the failed one has exited,

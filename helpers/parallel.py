@@ -102,31 +102,36 @@ def torchrun_line(nproc: int, script_args: Sequence[str] = (), module: str = SCR
 
 
 class ProcessPlan(NamedTuple):
-    """How many processes a launch starts, the backend that connects them, and the script's ``--device``."""
+    """How many processes a launch starts, the backend that connects them, the script's ``--device``, and why."""
 
     nproc: int
     backend: str
     device: str
+    why: str = ""
+    """Why the plan runs on CPU processes rather than the lesson's GPUs ("" for an nccl plan)."""
 
     def describe(self) -> str:
         if self.backend == "nccl":
-            s = "s" if self.nproc > 1 else ""
-            return f"{self.nproc} process{'es' if s else ''} with nccl, one per visible GPU ({self.nproc} GPU{s})"
-        return f"{self.nproc} CPU processes with gloo"
+            return f"{self.nproc} processes with nccl, one per visible GPU ({self.nproc} GPUs)"
+        return f"{self.nproc} CPU processes with gloo" + (f" ({self.why})" if self.why else "")
 
 
 def process_plan(device_type: str, gpu_count: int) -> ProcessPlan:
-    """One nccl process per visible GPU when the lesson's device is CUDA (even one); else two CPU processes, gloo."""
+    """One nccl process per visible GPU when the lesson runs on CUDA and at least two GPUs are visible; else two CPU
+    processes with gloo, so that there is always a second process to average with (nccl needs a GPU per process)."""
     if gpu_count < 0:
         raise ValueError(f"gpu_count cannot be negative, got {gpu_count}.")
-    if device_type == "cuda" and gpu_count >= 1:
+    if device_type == "cuda" and gpu_count >= 2:  # a second GPU: a second process to average with
         return ProcessPlan(gpu_count, "nccl", "cuda")
-    return ProcessPlan(CPU_PROCESSES, "gloo", "cpu")
-
-
-def failure_demo_plan(plan: ProcessPlan) -> ProcessPlan:
-    """The plan for a failing-rank demo: ``plan`` when it has a second process to be left waiting, else two on CPUs."""
-    return plan if plan.nproc >= 2 else ProcessPlan(CPU_PROCESSES, "gloo", "cpu")
+    if device_type == "cuda" and gpu_count == 1:
+        why = "one CUDA GPU is visible: nccl needs a GPU per process, and one process has no gradients to average"
+    elif gpu_count == 0 and device_type in ("cpu", "cuda"):
+        why = "no CUDA GPU is visible"
+    elif device_type == "cpu":
+        why = f"the lesson runs on the CPU, not on this machine's CUDA GPU{'s' if gpu_count > 1 else ''}"
+    else:
+        why = f"DDP's GPU backend, nccl, is for CUDA GPUs, and the lesson runs on {device_type}"
+    return ProcessPlan(CPU_PROCESSES, "gloo", "cpu", why)
 
 
 def fail_rank_problem(fail_rank: int, world_size: int) -> str | None:

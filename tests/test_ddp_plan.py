@@ -19,37 +19,46 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.parametrize(
     ("device_type", "gpus", "expected"),
     [
-        ("cuda", 1, (1, "nccl", "cuda")),  # one GPU: one nccl process, not gloo on the CPU
-        ("cuda", 2, (2, "nccl", "cuda")),
+        ("cuda", 2, (2, "nccl", "cuda")),  # one nccl process per GPU once there are two to average
         ("cuda", 8, (8, "nccl", "cuda")),
-        ("cpu", 0, (2, "gloo", "cpu")),
-        ("cpu", 4, (2, "gloo", "cpu")),  # the lesson was told to use the CPU on a GPU machine
-        ("mps", 0, (2, "gloo", "cpu")),  # DDP's GPU backends are CUDA's; other accelerators train on CPU processes
+        ("cuda", 1, (2, "gloo", "cpu")),  # one GPU: a world of one would compare a process with itself (gap 0)
         ("cuda", 0, (2, "gloo", "cpu")),  # nothing visible after all
+        ("cpu", 0, (2, "gloo", "cpu")),
+        ("cpu", 1, (2, "gloo", "cpu")),  # DEVICE = "cpu" on a machine with one GPU
+        ("cpu", 2, (2, "gloo", "cpu")),  # ... or two: the lesson was told to use the CPU
+        ("mps", 0, (2, "gloo", "cpu")),  # DDP's GPU backends are CUDA's; other accelerators train on CPU processes
     ],
 )
 def test_the_plan_follows_the_lessons_device(device_type: str, gpus: int, expected: tuple[int, str, str]) -> None:
-    assert tuple(parallel.process_plan(device_type, gpus)) == expected
+    plan = parallel.process_plan(device_type, gpus)
+    assert tuple(plan[:3]) == expected
+    assert plan.nproc >= 2  # the equivalence check and the failing-rank demo always have a second process
+
+
+@pytest.mark.parametrize(
+    ("device_type", "gpus", "why"),
+    [
+        ("cuda", 1, "one CUDA GPU is visible: nccl needs a GPU per process"),
+        ("cuda", 0, "no CUDA GPU is visible"),
+        ("cpu", 0, "no CUDA GPU is visible"),
+        ("cpu", 1, "the lesson runs on the CPU, not on this machine's CUDA GPU"),
+        ("cpu", 2, "the lesson runs on the CPU, not on this machine's CUDA GPUs"),
+        ("mps", 0, "the lesson runs on mps"),
+    ],
+)
+def test_a_plan_on_cpu_processes_says_why(device_type: str, gpus: int, why: str) -> None:
+    described = parallel.process_plan(device_type, gpus).describe()
+    assert described.startswith("2 CPU processes with gloo (") and why in described, described
 
 
 def test_the_plan_describes_itself() -> None:
-    assert parallel.process_plan("cuda", 1).describe() == "1 process with nccl, one per visible GPU (1 GPU)"
+    assert parallel.process_plan("cuda", 2).describe() == "2 processes with nccl, one per visible GPU (2 GPUs)"
     assert parallel.process_plan("cuda", 4).describe() == "4 processes with nccl, one per visible GPU (4 GPUs)"
-    assert parallel.process_plan("cpu", 0).describe() == "2 CPU processes with gloo"
 
 
 def test_the_plan_refuses_a_negative_count() -> None:
     with pytest.raises(ValueError, match="cannot be negative"):
         parallel.process_plan("cuda", -1)
-
-
-def test_the_failure_demo_always_has_a_peer_to_leave_waiting() -> None:
-    one_gpu = parallel.process_plan("cuda", 1)
-    assert tuple(parallel.failure_demo_plan(one_gpu)) == (2, "gloo", "cpu")
-    two_gpus = parallel.process_plan("cuda", 2)
-    assert parallel.failure_demo_plan(two_gpus) == two_gpus
-    on_cpus = parallel.process_plan("cpu", 0)
-    assert parallel.failure_demo_plan(on_cpus) == on_cpus
 
 
 @pytest.mark.parametrize(("fail_rank", "world_size"), [(-1, 2), (0, 2), (1, 2), (0, 1), (7, 8)])

@@ -1070,16 +1070,14 @@ def check_time_it(time_it: Callable | None) -> bool:
 @exercise("09_flip_on_device")
 def check_flip_half(flip_half: Callable | None, device: torch.device) -> bool:
     """Lesson 09: ``flip_half(X, generator)`` mirrors a random half of the (B, C, H, W) batch left-right, with the
-    random choice made on ``X.device`` from ``generator``. Run on ``device`` (values checked), then on the GPU or,
-    where there is none, the meta device, recording where every tensor it makes lives."""
-    from helpers.placement import gpu_or_meta
-
+    random choice made on ``X.device`` from ``generator``. Run on ``device`` (values checked), then on the meta device
+    (shapes only), recording where every tensor it makes lives; a GPU the lesson did not choose is never used."""
     name = "augment on the device"
     if _unanswered(name, flip_half):
         return False
     if not callable(flip_half):
         return _verdict(name, False, f"flip_half should be a function, got {type(flip_half).__name__}")
-    for where in (torch.device(device), gpu_or_meta()):
+    for where in (torch.device(device), torch.device("meta")):
         X = torch.arange(512 * 2 * 4 * 6, dtype=torch.float32, device=where).reshape(512, 2, 4, 6)  # (B, C, H, W)
         on = where if where.type != "meta" else torch.device("cpu")  # meta has no generator; its ops take a CPU one
         recorder = _Recorder()

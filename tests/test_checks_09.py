@@ -165,3 +165,17 @@ def test_flip_half_wrong_answers(wrong, hint, capsys):
 def test_flip_half_waits_for_an_answer(capsys):
     assert not CHECKERS["09_flip_on_device"](None, torch.device("cpu"))
     assert capsys.readouterr().out.startswith("[waiting]")
+
+
+def test_flip_half_on_a_cpu_lesson_leaves_the_machines_gpu_alone(monkeypatch, capsys):
+    # DEVICE = "cpu" on a GPU machine: the checker must not touch CUDA, which the learner did not choose.
+    def touched(*args, **kwargs):
+        raise AssertionError("the checker used a CUDA GPU")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", touched)
+    assert CHECKERS["09_flip_on_device"](flip_half_reference, torch.device("cpu"))
+    assert capsys.readouterr().out.startswith("[pass]")
+    assert not CHECKERS["09_flip_on_device"](flip_half_cpu_mask, torch.device("cpu"))  # the meta pass still sees it
+    assert "device=X.device" in capsys.readouterr().out

@@ -111,8 +111,8 @@ def _first_line(err: BaseException) -> str:
 @exercise("01_device_agnostic_noise")
 def check_add_noise(add_noise: Callable[[torch.Tensor, float], torch.Tensor] | None, device: torch.device) -> bool:
     """Lesson 01: ``add_noise(x, std)`` returns ``x`` plus Gaussian noise of standard deviation ``std``, the noise made
-    on ``x``'s device in ``x``'s dtype. Run on ``device`` in float32 (the noise measured), then in bfloat16 on the GPU,
-    or where there is none on the meta device, which refuses a tensor made on the CPU as a GPU does."""
+    on ``x``'s device in ``x``'s dtype. Run on ``device`` in float32 (the noise measured), then in bfloat16 on the GPU
+    when ``device`` is one, else on the meta device, which refuses a tensor made on the CPU as a GPU does."""
     from helpers.placement import gpu_or_meta
 
     name = "device-agnostic noise"
@@ -120,7 +120,7 @@ def check_add_noise(add_noise: Callable[[torch.Tensor, float], torch.Tensor] | N
         return False
     if not callable(add_noise):
         return _verdict(name, False, f"add_noise should be a function, got {type(add_noise).__name__}")
-    for where, dtype in ((torch.device(device), torch.float32), (gpu_or_meta(), torch.bfloat16)):
+    for where, dtype in ((torch.device(device), torch.float32), (gpu_or_meta(device), torch.bfloat16)):
         x = torch.zeros(100_000, device=where, dtype=dtype)
         try:
             out = add_noise(x, 0.5)
@@ -210,8 +210,8 @@ def check_batch_on_device(moved: Any, original: Any, device: torch.device) -> bo
 def check_train_step(train_step: Callable | None, device: torch.device, steps: int = 5) -> bool:
     """Lesson 02: ``train_step(model, images, labels, optimizer)`` takes a batch on the CPU for a model on any device,
     uses class weights ``linspace(0.5, 1.5, 10)`` in its cross-entropy and returns the loss tensor. Run for real on
-    ``device`` (the loss must match, be finite and go down, the parameters change), then with the model on the GPU, or
-    where there is none on the meta device, which refuses a tensor left on the CPU as a GPU does."""
+    ``device`` (the loss must match, be finite and go down, the parameters change), then with the model on the GPU
+    when ``device`` is one, else on the meta device, which refuses a tensor left on the CPU as a GPU does."""
     import copy
     import math
 
@@ -233,7 +233,7 @@ def check_train_step(train_step: Callable | None, device: torch.device, steps: i
         template = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
     with torch.no_grad():
         expected = F.cross_entropy(template(images), labels, weight=torch.linspace(0.5, 1.5, 10)).item()
-    for where in dict.fromkeys([torch.device(device), gpu_or_meta()]):  # one run when both are the same GPU
+    for where in dict.fromkeys([torch.device(device), gpu_or_meta(device)]):  # one run when both are the same GPU
         model = copy.deepcopy(template).to(where)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
         before = [p.detach().clone() for p in model.parameters()]

@@ -118,23 +118,38 @@ def report(
 
 
 def error_origin(device: str | torch.device, fake: bool = False) -> str:
-    """The line a lesson prints above an error about ``device``: a real CUDA error, or which stand-in raised it."""
+    """The line a lesson prints above an error about ``device``: a real CUDA error, or which stand-in raised it and
+    why (no GPU on this machine, or a lesson that runs on another device)."""
     device = torch.device(device)
     if device.type == "cuda" and not fake:
         return "Real CUDA error, raised by the GPU:"
     what = "fake CUDA tensors" if device.type == "cuda" else f"the {device.type} device"
-    return f"Stand-in error from {what} (this machine has no GPU):"
+    why = "the lesson does not run on the GPU" if torch.cuda.is_available() else "this machine has no GPU"
+    return f"Stand-in error from {what} ({why}):"
 
 
 # Errors ``cuda_or_fake`` labels as real or stand-in: device mismatches, and the index-device check on a GPU.
 ANNOUNCED = (RuntimeError, IndexError)
 
 
-def gpu_or_meta() -> torch.device:
-    """The first CUDA GPU when one is visible, else the ``meta`` device (shapes, no data) as a stand-in."""
-    if torch.cuda.is_available():
+def _real_gpu(device: str | torch.device | None) -> torch.device | None:
+    """The CUDA GPU that plays the second device: the lesson's when it runs on CUDA (the current GPU when ``device``
+    is None); None when none is visible or the lesson runs on another device, where a stand-in plays it."""
+    if not torch.cuda.is_available():
+        return None
+    if device is None:
         return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("meta")
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    return torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
+
+
+def gpu_or_meta(device: str | torch.device | None = None) -> torch.device:
+    """The CUDA GPU when one is visible and the lesson runs on it (``device``; None: any lesson), else the ``meta``
+    device (shapes, no data) as a stand-in."""
+    gpu = _real_gpu(device)
+    return torch.device("meta") if gpu is None else gpu
 
 
 @functools.cache
@@ -169,20 +184,21 @@ def _index_fakes_with_aten() -> Any:
 
 
 @contextlib.contextmanager
-def cuda_or_fake() -> Iterator[torch.device]:
-    """Yield a CUDA device: the real GPU when one is visible, else fake CUDA tensors (FakeTensorMode) inside the block.
+def cuda_or_fake(device: str | torch.device | None = None) -> Iterator[torch.device]:
+    """Yield a CUDA device: the real GPU when one is visible and the lesson runs on it (``device``; None: any lesson),
+    else fake CUDA tensors (FakeTensorMode) inside the block.
 
     Fake tensors have no data, but PyTorch checks their devices as the CUDA kernels do. Autograd is off inside (older
     releases, 2.8 among them, abort the process when it records an operation on a fake CUDA tensor). A fake device
     mismatch is re-raised as the plain RuntimeError a GPU raises, with PyTorch's message (older releases word it
     differently, see lesson 02). Before a RuntimeError or IndexError leaves the block, the line of ``error_origin`` is
     printed on stdout."""
-    if torch.cuda.is_available():
-        device = torch.device("cuda", torch.cuda.current_device())
+    gpu = _real_gpu(device)
+    if gpu is not None:
         try:
-            yield device
+            yield gpu
         except ANNOUNCED:
-            print(error_origin(device), flush=True)  # on stdout before the error reaches stderr
+            print(error_origin(gpu), flush=True)  # on stdout before the error reaches stderr
             raise
         return
     # Module.to() must make new Parameters: older releases set param.data to the fake, leaving a real Parameter on meta.

@@ -87,3 +87,13 @@ def test_the_move_exercise_asks_only_what_the_checker_can_see():
     data = torch.tensor([1, 2, 3, 4])
     moved = data.to(torch.float64).to(DEVICE)  # two calls: also passes, and the exercise no longer asks for one
     assert CHECKERS["01_move_with_dtype"](moved, moved.tolist(), data, DEVICE) is True
+
+
+def test_noise_checker_leaves_the_gpu_alone_when_the_lesson_runs_on_the_cpu(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine where DEVICE = "cpu"
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    check = CHECKERS["01_device_agnostic_noise"]
+    assert check(noise_reference, DEVICE) is True  # a real cuda:0 tensor would fail here: the second run is on meta
+    capsys.readouterr()
+    assert check(noise_made_on_the_cpu, DEVICE) is False
+    assert "meta" in capsys.readouterr().out

@@ -125,3 +125,12 @@ def test_fix_the_train_step(capsys):
     assert check(lambda *a: step(*a, update=False), device) is False  # nothing learned
     assert check(lambda *a: step(*a, as_number=True), device) is False  # .item() every step
     assert check("train_step", device) is False
+
+
+def test_train_step_checker_leaves_the_gpu_alone_when_the_lesson_runs_on_the_cpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine where DEVICE = "cpu"
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    check = CHECKERS["02_fix_the_train_step"]
+    device = torch.device("cpu")
+    assert check(step, device) is True  # a model moved to a real cuda:0 would fail here: the second run is on meta
+    assert check(step_as_handed_over, device) is False

@@ -198,3 +198,29 @@ def test_cuda_or_fake_says_where_an_error_came_from_and_only_then(capsys):
     with pytest.raises(ValueError), placement.cuda_or_fake():
         raise ValueError("not about devices")
     assert capsys.readouterr().out == ""  # other errors pass through unlabelled
+
+
+@pytest.fixture
+def machine_with_a_gpu(monkeypatch):
+    """This process as it would be on a machine with CUDA GPUs, the current one being cuda:0 (nothing runs on them)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+
+@pytest.mark.parametrize(("device", "expected"), [(None, "cuda:0"), ("cuda", "cuda:0"), ("cuda:1", "cuda:1"),
+                                                  ("cpu", "meta"), ("mps", "meta")])
+def test_gpu_or_meta_uses_the_gpu_only_for_a_lesson_on_cuda(machine_with_a_gpu, device, expected):
+    assert placement.gpu_or_meta(device) == torch.device(expected)
+
+
+def test_cuda_or_fake_uses_fakes_when_the_lesson_runs_on_the_cpu_of_a_gpu_machine(machine_with_a_gpu, capsys):
+    with pytest.raises(RuntimeError), placement.cuda_or_fake("cpu") as gpu:
+        t1 = torch.ones(3, device=gpu)
+        assert type(t1).__name__ == "FakeTensor"  # no real GPU memory was touched
+        t1 + torch.ones(3)
+    assert capsys.readouterr().out == "Stand-in error from fake CUDA tensors (the lesson does not run on the GPU):\n"
+
+
+def test_cuda_or_fake_yields_the_lessons_gpu_on_a_gpu_machine(machine_with_a_gpu):
+    with placement.cuda_or_fake("cuda:1") as gpu:
+        assert gpu == torch.device("cuda", 1)

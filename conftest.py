@@ -31,6 +31,11 @@ SLOW = (
     "tests/test_bootstrap.py",  # builds fresh virtual environments and executes lessons in them
     "tests/test_course_stop.py",  # starts the runner and a kernel, then stops them from outside
     "tests/test_course_processes.py",  # process trees with grace periods
+    "tests/test_course_startup.py",  # the runner started by a bare Python, or stopped while torch imports
+    "tests/test_ci_run.py::test_ci_reads_the_readmes_two_commands_from_the_readme",  # a child python
+    "tests/test_gpu_check.py::test_this_machine_without_cuda_is_refused_by_the_command",  # children import torch
+    "tests/test_gpu_check.py::test_with_a_gpu_everything_lands_in_one_folder_and_a_failure_exits_1",  # notebooks
+    "tests/test_gpu_check.py::test_a_speedrun_step_gives_its_records_summary_or_its_last_line",  # three children
     "tests/test_lesson05.py",  # executes lesson 05
     # Single tests (path::name; every parametrisation of it). Child processes (torchrun, DDP, mp.spawn, the runner,
     # python -c that imports torch), executed notebooks, or over about a second measured (--durations, two cores).

@@ -3,6 +3,7 @@ tools/, outside the helpers package learners install, and runs from the clone's 
 
 python -m tools.course run [--quick] [--device D] [--dataset NAME] [--only PATTERN] [--write-back] [--timeout S]
 python -m tools.course list
+python -m tools.course gpu-check [--output DIR] [--dataset NAME]   (tools/gpu_check.py)
 
 Every argument is checked before a notebook starts (a bad one: one message, exit status 2). Ctrl-C or SIGTERM, and a
 notebook that runs past --timeout, end the notebook's kernel together with every process it started (torchrun and
@@ -659,6 +660,8 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--notebooks", default=str(NOTEBOOKS), help="folder holding the lesson notebooks")
     p_run.add_argument("--no-progress", action="store_true", help="no progress bar")
     sub.add_parser("bench", help="the data-pipeline benchmark (python -m tools.bench --help)", add_help=False)
+    gpu_help = "every lesson and the speedrun on a CUDA GPU (python -m tools.gpu_check --help)"
+    sub.add_parser("gpu-check", help=gpu_help, add_help=False)
     p_list = sub.add_parser("list", help="list the lesson notebooks")
     p_list.add_argument("--notebooks", default=str(NOTEBOOKS))
     argv = sys.argv[1:] if argv is None else argv
@@ -666,6 +669,10 @@ def main(argv: list[str] | None = None) -> int:
         from tools import bench
 
         return bench.main(argv[1:])
+    if argv[:1] == ["gpu-check"]:
+        from tools import gpu_check
+
+        return gpu_check.main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "list":
         folder = Path(args.notebooks)

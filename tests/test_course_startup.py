@@ -56,3 +56,20 @@ def test_ctrl_c_while_torch_imports_prints_one_line_and_exits_130(command: list[
                           cwd=ROOT, timeout=60, check=False)
     assert done.returncode == 130, done.stderr
     assert done.stderr == "Stopped by SIGINT before any notebook started.\n"
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc to see torch loading")
+def test_a_real_ctrl_c_while_torch_loads_prints_one_line_and_exits_130(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    process = subprocess.Popen([sys.executable, "-m", "tools.course", "run", "--quick", "--output", str(tmp_path)],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    maps = Path(f"/proc/{process.pid}/maps")
+    while time.monotonic() < deadline and process.poll() is None and "libtorch" not in maps.read_text():
+        time.sleep(0.01)  # until torch's libraries are being loaded: the runner is importing it
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "Traceback" not in err and err.strip().splitlines() == ["Stopped by SIGINT before any notebook started."]

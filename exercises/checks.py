@@ -402,7 +402,7 @@ def check_padding_mask(
             return _verdict(name, False, f"wrong values for lengths {values}: row i should be True in its first "
                             "lengths[i] positions only (position < length)")
     # The real GPU where there is one, else the meta device: a tensor made on the CPU inside the function shows up.
-    other = gpu_or_meta()
+    other = gpu_or_meta(device)
     lengths = torch.tensor([3, 0, 5, 1], device=other)
     hint = "make the positions on lengths.device: torch.arange(max_len, device=lengths.device)"
     try:
@@ -513,7 +513,7 @@ def check_resident_batches(epoch_batches: Callable | None, device: torch.device)
     if not callable(epoch_batches):
         return _verdict(name, False, f"epoch_batches should be a function, got {type(epoch_batches).__name__}")
     n, batch_size, seed = 10, 4, 7
-    for where in (torch.device(device), gpu_or_meta()):
+    for where in (torch.device(device), gpu_or_meta(device)):
         X = torch.arange(2 * n, dtype=torch.float32, device=where).view(n, 2)  # (N, 2): row i holds 2i and 2i+1
         y = torch.arange(n, device=where)  # (N,): sample i has label i, so a batch says which samples it holds
         with torch.random.fork_rng(devices=[]), _cpu_tensors_made(n) as made:

@@ -132,22 +132,20 @@ def error_origin(device: str | torch.device, fake: bool = False) -> str:
 ANNOUNCED = (RuntimeError, IndexError)
 
 
-def _real_gpu(device: str | torch.device | None) -> torch.device | None:
-    """The CUDA GPU that plays the second device: the lesson's when it runs on CUDA (the current GPU when ``device``
-    is None); None when none is visible or the lesson runs on another device, where a stand-in plays it."""
+def _real_gpu(device: str | torch.device) -> torch.device | None:
+    """The CUDA GPU that plays the second device: the lesson's when it runs on CUDA; None when none is visible or the
+    lesson runs on another device, where a stand-in plays it."""
     if not torch.cuda.is_available():
         return None
-    if device is None:
-        return torch.device("cuda", torch.cuda.current_device())
     device = torch.device(device)
     if device.type != "cuda":
         return None
     return torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
 
 
-def gpu_or_meta(device: str | torch.device | None = None) -> torch.device:
-    """The CUDA GPU when one is visible and the lesson runs on it (``device``; None: any lesson), else the ``meta``
-    device (shapes, no data) as a stand-in."""
+def gpu_or_meta(device: str | torch.device) -> torch.device:
+    """The CUDA GPU when one is visible and the lesson runs on it (``device``), else the ``meta`` device (shapes, no
+    data) as a stand-in."""
     gpu = _real_gpu(device)
     return torch.device("meta") if gpu is None else gpu
 
@@ -184,8 +182,8 @@ def _index_fakes_with_aten() -> Any:
 
 
 @contextlib.contextmanager
-def cuda_or_fake(device: str | torch.device | None = None) -> Iterator[torch.device]:
-    """Yield a CUDA device: the real GPU when one is visible and the lesson runs on it (``device``; None: any lesson),
+def cuda_or_fake(device: str | torch.device) -> Iterator[torch.device]:
+    """Yield a CUDA device: the real GPU when one is visible and the lesson runs on it (``device``),
     else fake CUDA tensors (FakeTensorMode) inside the block.
 
     Fake tensors have no data, but PyTorch checks their devices as the CUDA kernels do. Autograd is off inside (older

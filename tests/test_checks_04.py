@@ -108,3 +108,12 @@ def test_padding_mask_wrong_answers(capsys):
     assert check(lambda n, m: 1 / 0, CPU) is False
     assert "ZeroDivisionError" in capsys.readouterr().out
     assert check(lambda n, m: [[True] * m] * len(n), CPU) is False
+
+
+def test_padding_mask_leaves_the_gpu_alone_when_the_lesson_runs_on_the_cpu(monkeypatch, capsys):
+    # A machine with a GPU where the learner chose DEVICE = "cpu": the second device is the meta stand-in, not CUDA.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    seen = []
+    assert CHECKERS["04_padding_mask"](lambda n, m: seen.append(n.device) or reference_padding_mask(n, m), CPU) is True
+    assert {d.type for d in seen} == {"cpu", "meta"}

@@ -187,3 +187,17 @@ def test_predict_proba_checker_leaves_the_random_state_alone():
     torch.manual_seed(123)
     CHECKERS["05_predict_proba"](predict_proba, torch.device("cpu"))
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_resident_batches_leaves_the_gpu_alone_when_the_lesson_runs_on_the_cpu(monkeypatch, capsys):
+    # A machine with a GPU where the learner chose DEVICE = "cpu": the second run is on the meta stand-in, not CUDA.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    seen = []
+
+    def answer(X, y, batch_size, generator):
+        seen.append(X.device)
+        return epoch_batches(X, y, batch_size, generator)
+
+    assert CHECKERS["05_resident_batches"](answer, torch.device("cpu")) is True
+    assert {d.type for d in seen} == {"cpu", "meta"}

@@ -116,15 +116,8 @@ def test_cuda_without_index_matches_any_cuda_index():
     assert placement.odd_ones_out([entry], "cuda:0") == [entry]
 
 
-def test_gpu_or_meta_without_gpu_is_meta():
-    if torch.cuda.is_available():
-        assert placement.gpu_or_meta().type == "cuda"
-    else:
-        assert placement.gpu_or_meta() == torch.device("meta")
-
-
 def test_cuda_or_fake_raises_plain_runtime_error_naming_both_devices():
-    with pytest.raises(RuntimeError) as info, placement.cuda_or_fake() as gpu:
+    with pytest.raises(RuntimeError) as info, placement.cuda_or_fake("cpu") as gpu:
         torch.ones(3, device=gpu) + torch.ones(3)
     assert type(info.value) is RuntimeError  # not a subclass: the type a GPU raises
     # The GPU's and recent releases' text says "same device"; older releases' fake tensors say "different devices".
@@ -133,7 +126,7 @@ def test_cuda_or_fake_raises_plain_runtime_error_naming_both_devices():
 
 
 def test_cuda_or_fake_error_points_at_the_line_of_the_block(capsys):
-    with expect_error(RuntimeError, match="same device|different devices"), placement.cuda_or_fake() as gpu:
+    with expect_error(RuntimeError, match="same device|different devices"), placement.cuda_or_fake("cpu") as gpu:
         t = torch.ones(3, device=gpu)
         t * torch.ones(2, 3)[0]
     line = capsys.readouterr().err.splitlines()[0]
@@ -142,7 +135,7 @@ def test_cuda_or_fake_error_points_at_the_line_of_the_block(capsys):
 
 def test_cuda_or_fake_allows_cpu_scalars_and_moves_modules():
     layer = nn.Linear(3, 2)
-    with placement.cuda_or_fake() as gpu:
+    with placement.cuda_or_fake("cpu") as gpu:
         t = torch.ones(3, device=gpu) * torch.tensor(2.0)
         layer = layer.to(gpu)
         out = layer(torch.ones(4, 3).to(gpu))
@@ -151,7 +144,7 @@ def test_cuda_or_fake_allows_cpu_scalars_and_moves_modules():
 
 
 def test_cuda_or_fake_indexes_with_a_cpu_index_tensor():
-    with placement.cuda_or_fake() as gpu:
+    with placement.cuda_or_fake("cpu") as gpu:
         rows = torch.randn(10, 4, device=gpu)[torch.tensor([1, 5, 7])]
     assert rows.device.type == "cuda" and tuple(rows.shape) == (3, 4)
 
@@ -159,18 +152,18 @@ def test_cuda_or_fake_indexes_with_a_cpu_index_tensor():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the stand-in is used only without a GPU")
 def test_cuda_or_fake_turns_autograd_off_and_restores_the_conversion_flag():
     before = torch.__future__.get_overwrite_module_params_on_conversion()
-    with placement.cuda_or_fake():
+    with placement.cuda_or_fake("cpu"):
         assert not torch.is_grad_enabled()  # older releases abort the process when autograd records fake CUDA ops
     assert torch.is_grad_enabled()
     assert torch.__future__.get_overwrite_module_params_on_conversion() == before
-    with pytest.raises(ValueError), placement.cuda_or_fake():
+    with pytest.raises(ValueError), placement.cuda_or_fake("cpu"):
         raise ValueError("restored after an error too")
     assert torch.is_grad_enabled()
     assert torch.__future__.get_overwrite_module_params_on_conversion() == before
 
 
 def test_cuda_or_fake_passes_other_errors_through():
-    with pytest.raises(ValueError, match="not a mismatch"), placement.cuda_or_fake():
+    with pytest.raises(ValueError, match="not a mismatch"), placement.cuda_or_fake("cpu"):
         raise ValueError("not a mismatch")
 
 
@@ -184,10 +177,10 @@ def test_error_origin_names_the_real_gpu_or_the_stand_in():
 
 def test_cuda_or_fake_says_where_an_error_came_from_and_only_then(capsys):
     expected = placement.error_origin("cuda", fake=not torch.cuda.is_available())
-    with placement.cuda_or_fake() as gpu:
+    with placement.cuda_or_fake("cpu") as gpu:
         torch.ones(3, device=gpu) + torch.ones(3, device=gpu)
     assert capsys.readouterr().out == ""  # no error, no line
-    with expect_error(RuntimeError, match="same device|different devices"), placement.cuda_or_fake() as gpu:
+    with expect_error(RuntimeError, match="same device|different devices"), placement.cuda_or_fake("cpu") as gpu:
         torch.ones(3, device=gpu) + torch.ones(3)
     captured = capsys.readouterr()
     assert captured.out == expected + "\n"
@@ -195,7 +188,7 @@ def test_cuda_or_fake_says_where_an_error_came_from_and_only_then(capsys):
     assert re.search(
         r"RuntimeError: (Expected all tensors to be on the same device|.*found two different devices)", captured.err
     )
-    with pytest.raises(ValueError), placement.cuda_or_fake():
+    with pytest.raises(ValueError), placement.cuda_or_fake("cpu"):
         raise ValueError("not about devices")
     assert capsys.readouterr().out == ""  # other errors pass through unlabelled
 
@@ -207,7 +200,7 @@ def machine_with_a_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
 
 
-@pytest.mark.parametrize(("device", "expected"), [(None, "cuda:0"), ("cuda", "cuda:0"), ("cuda:1", "cuda:1"),
+@pytest.mark.parametrize(("device", "expected"), [("cuda", "cuda:0"), ("cuda:1", "cuda:1"),
                                                   ("cpu", "meta"), ("mps", "meta")])
 def test_gpu_or_meta_uses_the_gpu_only_for_a_lesson_on_cuda(machine_with_a_gpu, device, expected):
     assert placement.gpu_or_meta(device) == torch.device(expected)

@@ -22,6 +22,7 @@ FAKE = [
     ("00_setup.ipynb", "print('hello')"),
     ("01_tensors.ipynb", "if lesson.gpu_section(device, 'a copy on the GPU'):\n    x = x.cuda()"),
     ("02_errors.ipynb", "torch.cuda.synchronize()"),
+    ("03_module.ipynb", "other = placement.gpu_or_meta(device)"),
     ("05_mnist.ipynb", "train(model, loader)"),
     ("07_ddp.ipynb", "backend = 'nccl' if lesson.cuda_gpu_count() else 'gloo'"),
     ("09_speedrun.ipynb", "speedrun.run_ladder(data, device)"),
@@ -48,7 +49,7 @@ def test_every_lesson_runs_on_cuda_first_at_learner_defaults_unless_declared_qui
 def test_lessons_with_gpu_sections_run_again_on_the_cpu_in_quick_mode() -> None:
     steps = gpu_check.plan(FAKE, OUT)
     cpu = [s for s in steps if s.device == "cpu"]
-    assert [s.notebook for s in cpu] == ["01_tensors.ipynb", "02_errors.ipynb", "07_ddp.ipynb"]
+    assert [s.notebook for s in cpu] == ["01_tensors.ipynb", "02_errors.ipynb", "03_module.ipynb", "07_ddp.ipynb"]
     for step in cpu:
         assert dict(step.env) == {"COURSE_QUICK": "1", "COURSE_DEVICE": "cpu", "COURSE_DATASET": None}
         assert (step.mode, step.folder, step.reason) == ("quick", "cpu", gpu_check.CPU_PASS)

@@ -162,22 +162,19 @@ def install_source(url: str, ref: str = REF) -> str:
 
 # The bootstrap carries this function's source, so it must stay plain Python that needs only ``re``.
 def pip_said(output: str) -> str:
-    """The line of a failed pip's output that says why: git's or the network's error, pip's Hint, the last line a
-    failed subprocess printed, pip's first ERROR, or what did not run; never pip's closing note, and no colour codes."""
+    """The line of a failed pip's output that says why: git's or the network's error, pip's Hint, a failed build's
+    last line, pip's first ERROR, or what did not run; never pip's closing note, and without colour codes."""
     lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output).splitlines()]
-    heads = [i for i, line in enumerate(lines) if re.search(r"\[\d+ lines? of output\]$", line)]
-    block = lines[heads[0] + 1 :] if heads else []
-    block = block[: block.index("[end of output]")] if "[end of output]" in block else []
-    network = (r"(Could not resolve host|Failed to establish a new connection|Temporary failure in name resolution"
-               r"|Name or service not known|Network is unreachable|Connection refused|timed out"
-               r"|certificate verify failed)[^'\"]*")
-
-    def first(pattern: str, among: list[str] = lines) -> str:
-        return next((found.group(0).strip() for found in map(re.compile(pattern).search, among) if found), "")
-
-    rest = [line for line in lines if line and not line.startswith("note:")]
-    return (first(r"^fatal: .+") or first(network) or first(r"^Hint: .+") or first(r".+", block[::-1])
-            or first(r"^ERROR: .+") or first(r".+ did not run successfully\.$") or (rest[-1] if rest else ""))
+    block = "\n".join(lines).partition(" of output]\n")[2].partition("[end of output]")[0].split("\n")[::-1]
+    network = ("(Could not resolve host|Failed to establish a new connection|Temporary failure in name resolution|"
+               "Name or service not known|Network is unreachable|Connection refused|timed out|certificate verify)")
+    order = (("^fatal: .+", lines), (network + "[^'\"]*", lines), ("^Hint: .+", lines), (".+", block),
+             ("^ERROR: .+", lines), (r".+ did not run successfully\.$", lines), ("^(?!note:).+", lines[::-1]))
+    for pattern, among in order:
+        for line in among:
+            if found := re.search(pattern, line):
+                return found.group(0).strip()
+    return ""
 
 
 def bootstrap(url: str, ref: str = REF, version: str = __version__) -> str:
@@ -211,7 +208,7 @@ class SetupError(Exception):
 
 if importlib.util.find_spec("helpers") is None:
     install = [sys.executable, "-m", "pip", "install", "-q", "--no-color", source]  # keeps the torch that is there
-    plain = {{**{{k: v for k, v in os.environ.items() if k != "FORCE_COLOR"}}, "NO_COLOR": "1"}}  # Jupyter sets it
+    plain = {{**{{k: v for k, v in os.environ.items() if k != "FORCE_COLOR"}}, "NO_COLOR": "1"}}  # ipykernel sets it
     pip = subprocess.run(install, capture_output=True, text=True, env=plain)
     if pip.returncode != 0:
         said = pip_said(pip.stdout + pip.stderr) or f"exit status {{pip.returncode}}"

@@ -122,7 +122,7 @@ def error_origin(device: str | torch.device, fake: bool = False) -> str:
     why (no GPU on this machine, or a lesson that runs on another device)."""
     device = torch.device(device)
     if device.type == "cuda" and not fake:
-        return "Real CUDA error, raised by the GPU:"
+        return "Real error, with the real GPU as the second device:"
     what = "fake CUDA tensors" if device.type == "cuda" else f"the {device.type} device"
     why = "the lesson does not run on the GPU" if torch.cuda.is_available() else "this machine has no GPU"
     return f"Stand-in error from {what} ({why}):"

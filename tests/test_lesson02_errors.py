@@ -43,10 +43,10 @@ MISMATCH = re.compile("same device|different devices")  # the words of the GPU t
 SHOWN = re.compile(r"^line (\d+): (.*)\n(\w+): (.*)$", re.MULTILINE)
 GPU = torch.cuda.is_available()
 FAKE_ORIGIN = (
-    "Real CUDA error, raised by the GPU:" if GPU else "Stand-in error from fake CUDA tensors (this machine has no GPU):"
+    "Real error, with the real GPU as the second device:" if GPU else "Stand-in error from fake CUDA tensors (this machine has no GPU):"
 )
 META_ORIGIN = (
-    "Real CUDA error, raised by the GPU:" if GPU else "Stand-in error from the meta device (this machine has no GPU):"
+    "Real error, with the real GPU as the second device:" if GPU else "Stand-in error from the meta device (this machine has no GPU):"
 )
 
 

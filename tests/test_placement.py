@@ -168,7 +168,7 @@ def test_cuda_or_fake_passes_other_errors_through():
 
 
 def test_error_origin_names_the_real_gpu_or_the_stand_in():
-    assert placement.error_origin("cuda:0") == "Real CUDA error, raised by the GPU:"
+    assert placement.error_origin("cuda:0") == "Real error, with the real GPU as the second device:"
     assert placement.error_origin(torch.device("cuda", 0), fake=True) == (
         "Stand-in error from fake CUDA tensors (this machine has no GPU):"
     )

@@ -244,8 +244,13 @@ def cuda_gpu_count() -> int:
 
 
 def gpu_ids(device: str | torch.device) -> list[int]:
-    """The CUDA GPUs a lesson running on ``device`` may use: every visible one when it runs on CUDA, else none."""
-    return list(range(cuda_gpu_count())) if torch.device(device).type == "cuda" else []
+    """The CUDA GPUs a lesson running on ``device`` may use, its own first (DataParallel keeps the model and gathers
+    the output on the first): every visible one when it runs on CUDA, else none."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return []
+    first = torch.cuda.current_device() if device.index is None else device.index
+    return [first] + [i for i in range(cuda_gpu_count()) if i != first]
 
 
 def gpu_section(device: str | torch.device, shows: str, needed: int = 1) -> bool:

@@ -6,6 +6,7 @@ and a profiler summary that reads the same on a CPU and on a GPU (``profile_summ
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import statistics
@@ -158,7 +159,9 @@ def benchmark(
         description=description,
         num_threads=torch.get_num_threads(),
     )
-    return timer.blocked_autorange(min_run_time=min_run_time)
+    # The Timer synchronises the current CUDA device only: make it the one measured.
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        return timer.blocked_autorange(min_run_time=min_run_time)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from fake_device import FakeDevice
@@ -113,5 +115,22 @@ def test_benchmark_times_cuda_without_its_own_synchronise(monkeypatch):
     # As the docstring says: the Timer synchronises CUDA around its blocks, so no sync is added to each call.
     calls = []
     monkeypatch.setattr(timing, "synchronize", lambda device: calls.append(torch.device(device)))
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())  # no GPU to make current here
     timing.benchmark(lambda: None, "cuda", min_run_time=0.01)
     assert calls == []
+
+
+def test_benchmark_makes_the_measured_gpu_current_so_the_timer_waits_for_it(monkeypatch):
+    # The Timer synchronises the current CUDA device only; with DEVICE = "cuda:1" that must be cuda:1.
+    entered = []
+
+    @contextlib.contextmanager
+    def current(device):
+        entered.append(torch.device(device))
+        yield
+
+    monkeypatch.setattr(torch.cuda, "device", current)
+    timing.benchmark(lambda: None, "cuda:1", min_run_time=0.01)
+    assert entered == [torch.device("cuda:1")]
+    timing.benchmark(lambda: None, "cpu", min_run_time=0.01)
+    assert entered == [torch.device("cuda:1")]

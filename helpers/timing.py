@@ -293,34 +293,34 @@ LAUNCH_BOUND, DEVICE_BOUND, PARTLY_LAUNCH_BOUND, NO_DEVICE_TIMELINE = (
 
 
 def launch_diagnosis(
-    cpu_side_s: float, device_s: float | None, launch_ratio: float = 2.0, busy_fraction: float = 0.8
+    step_s: float, device_s: float | None, launch_ratio: float = 2.0, busy_fraction: float = 0.8
 ) -> Diagnosis:
-    """Read the CPU-side time of steps against the device's busy time (None: no device timeline, as on a CPU). The CPU
-    side ``launch_ratio`` times the device time or more: launch-bound (the device waits for launches). The device busy
-    for ``busy_fraction`` of it or more: device-bound. In between: partly launch-bound."""
-    if cpu_side_s <= 0:
-        raise ValueError(f"cpu_side_s must be positive, got {cpu_side_s}.")
+    """Read the wall time of some steps against the device's busy time in them (None: no device timeline, as on a
+    CPU). Steps ``launch_ratio`` times the device time or longer: launch-bound (the device waits for launches). The
+    device busy for ``busy_fraction`` of them or more: device-bound. In between: partly launch-bound."""
+    if step_s <= 0:
+        raise ValueError(f"step_s must be positive, got {step_s}.")
     if device_s is None:
         return Diagnosis(
             NO_DEVICE_TIMELINE,
             (
-                f"The profiler recorded {format_seconds(cpu_side_s)} on the CPU and no device timeline: on this device "
-                "the CPU runs the arithmetic itself, so there are no launches for it to wait on. Use the step time "
-                "against the batch size instead."
+                f"The steps took {format_seconds(step_s)} and the profiler recorded no device timeline: on this "
+                "device the CPU runs the arithmetic itself, so there are no launches for it to wait on. Use the step "
+                "time against the batch size instead."
             ),
         )
     figures = (
-        f"CPU side {format_seconds(cpu_side_s)} against {format_seconds(device_s)} of device time "
-        f"(the device was busy {device_s / cpu_side_s:.0%} of it)"
+        f"{format_seconds(step_s)} of steps against {format_seconds(device_s)} of device time "
+        f"(the device was busy {device_s / step_s:.0%} of it)"
     )
-    if cpu_side_s >= launch_ratio * device_s:
+    if step_s >= launch_ratio * device_s:
         return Diagnosis(
             LAUNCH_BOUND,
             f"{figures}: launch-bound. The device waits for Python and kernel launches; "
             "cut launches first (larger batches, CUDA graphs, fused optimizers, fewer "
             "host syncs).",
         )
-    if device_s >= busy_fraction * cpu_side_s:
+    if device_s >= busy_fraction * step_s:
         return Diagnosis(
             DEVICE_BOUND,
             f"{figures}: device-bound. The kernels themselves take the time; make them "
@@ -394,9 +394,13 @@ class ProfileSummary:
     rows: list[ProfileRow]
     """Operators (no user ranges), sorted by self device time where there is a device timeline, else self CPU."""
     cpu_side_s: float
-    """All self CPU time recorded, ranges included: what the CPU thread spent on the profiled steps."""
+    """All self CPU time recorded, ranges included, on every thread. On a GPU, autograd runs the backward on a thread
+    of its own while the calling thread waits inside ``backward()``, so this can exceed the steps' wall time."""
     device_s: float | None
     """Busy time of the device's kernels and copies; None where no device timeline was recorded."""
+    step_s: float | None = None
+    """Wall time of the profiled steps (the ``ProfilerStep`` ranges a schedule records, on the calling thread only);
+    None without a schedule."""
 
     def table(self, limit: int = 12) -> str:
         """The top ``limit`` rows; the percentages are shares of the totals printed beneath (never above 100%)."""
@@ -425,8 +429,10 @@ def profile_summary(events: Iterable[Any], device_timeline: bool) -> ProfileSumm
     """Summarise ``prof.key_averages()`` (event times in microseconds): operators by self time, the CPU-side total and
     the device total. The CPU side counts ``record_function`` ranges too (their self time is the Python between
     operators); the device time leaves out user ranges mirrored on the device timeline, which would count their kernels
-    twice. Rows are the CPU operators, with the self device time of the kernels they launched."""
-    cpu_side = device = 0.0
+    twice. Rows are the CPU operators, with the self device time of the kernels they launched. The steps' wall time
+    adds up the ``ProfilerStep`` ranges' total time."""
+    cpu_side = device = steps = 0.0
+    stepped = False
     rows = []
     for event in events:
         on_cpu = getattr(event, "device_type", torch.autograd.DeviceType.CPU) == torch.autograd.DeviceType.CPU
@@ -435,10 +441,13 @@ def profile_summary(events: Iterable[Any], device_timeline: bool) -> ProfileSumm
         self_device = getattr(event, "self_device_time_total", 0) / 1e6
         if on_cpu:
             cpu_side += self_cpu
+            if event.key.startswith("ProfilerStep"):
+                steps += event.cpu_time_total / 1e6
+                stepped = True
             if not user_range:
                 rows.append(ProfileRow(event.key, event.count, self_cpu, self_device))
         elif not user_range:
             device += self_device
     key = (lambda r: r.self_device_s) if device_timeline else (lambda r: r.self_cpu_s)
     rows.sort(key=key, reverse=True)
-    return ProfileSummary(rows, cpu_side, device if device_timeline else None)
+    return ProfileSummary(rows, cpu_side, device if device_timeline else None, steps if stepped else None)

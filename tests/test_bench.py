@@ -181,7 +181,7 @@ def test_grid_table_and_findings_agree():
     assert lines[0] == "cpu: images per second rose from batch 32 to batch 256 (2.06x)."
     assert lines[1].startswith("cpu: step time grew, but less than the batch did: 90.0 ms a step at batch 32")
     assert lines[3].startswith("cuda: step time stayed nearly flat")
-    assert lines[4].startswith("cuda: at batch 32, CPU side 2.5 ms against 250.0 us of device time (the device")
+    assert lines[4].startswith("cuda: at batch 32, 2.5 ms of steps against 250.0 us of device time (the device")
     assert lines[5] == "cuda against the CPU, images per second: 36.00x at batch 32, 140.0x at batch 256."
 
 

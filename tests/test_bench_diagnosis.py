@@ -127,10 +127,10 @@ def test_device_busy_share_marks_a_launch_bound_step():
     # busy 0.25 ms of a 1.95 ms step: the GPU waited for the CPU most of the time
     lines = bench.grid_findings(cnn_steps("cuda", {32: 0.25e-3, 2048: 1.9e-3}))
     assert lines[2].startswith(
-        "cuda: at batch 32, CPU side 1.9 ms against 250.0 us of device time (the device was busy 13% of it): "
+        "cuda: at batch 32, 1.9 ms of steps against 250.0 us of device time (the device was busy 13% of it): "
         "launch-bound."
     )
-    assert lines[3].startswith("cuda: at batch 2048, CPU side 2.0 ms against 1.9 ms of device time") and (
+    assert lines[3].startswith("cuda: at batch 2048, 2.0 ms of steps against 1.9 ms of device time") and (
         "device-bound" in lines[3]
     )
     middle = bench.grid_findings(cnn_steps("cuda", {32: 1.2e-3}))

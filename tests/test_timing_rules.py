@@ -54,29 +54,29 @@ def test_per_unit_times_compare_different_batch_sizes():
         t(1.0).per(0)
 
 
-# launch_diagnosis: CPU-side time against device time
+# launch_diagnosis: the steps' wall time against device time
 
 
-def test_launch_bound_when_the_cpu_side_dominates():
-    d = timing.launch_diagnosis(cpu_side_s=12.6e-3, device_s=1.2e-3)  # three steps of a small CNN on a fast GPU
+def test_launch_bound_when_the_steps_take_far_longer_than_the_device_works():
+    d = timing.launch_diagnosis(step_s=12.6e-3, device_s=1.2e-3)  # three steps of a small CNN on a fast GPU
     assert d.kind == timing.LAUNCH_BOUND
     assert "launch-bound" in d.sentence and "10%" in d.sentence
 
 
 def test_device_bound_when_the_device_is_busy():
-    d = timing.launch_diagnosis(cpu_side_s=10e-3, device_s=9.5e-3)
+    d = timing.launch_diagnosis(step_s=10e-3, device_s=9.5e-3)
     assert d.kind == timing.DEVICE_BOUND
 
 
 def test_partly_launch_bound_in_between():
-    assert timing.launch_diagnosis(cpu_side_s=10e-3, device_s=6e-3).kind == timing.PARTLY_LAUNCH_BOUND
+    assert timing.launch_diagnosis(step_s=10e-3, device_s=6e-3).kind == timing.PARTLY_LAUNCH_BOUND
 
 
 def test_no_device_timeline_on_a_cpu():
-    d = timing.launch_diagnosis(cpu_side_s=0.08, device_s=None)
+    d = timing.launch_diagnosis(step_s=0.08, device_s=None)
     assert d.kind == timing.NO_DEVICE_TIMELINE
     assert "batch size" in d.sentence
-    with pytest.raises(ValueError, match="cpu_side_s"):
+    with pytest.raises(ValueError, match="step_s"):
         timing.launch_diagnosis(0.0, 1.0)
 
 
@@ -136,11 +136,12 @@ def test_max_calls_caps_the_count():
 # profile_summary: totals that never double-count
 
 
-def ev(key, self_cpu_us, self_device_us=0.0, device_type=DeviceType.CPU, annotation=False, count=1):
+def ev(key, self_cpu_us, self_device_us=0.0, device_type=DeviceType.CPU, annotation=False, count=1, cpu_total_us=None):
     return SimpleNamespace(
         key=key,
         count=count,
         self_cpu_time_total=self_cpu_us,
+        cpu_time_total=self_cpu_us if cpu_total_us is None else cpu_total_us,
         self_device_time_total=self_device_us,
         device_type=device_type,
         is_user_annotation=annotation,
@@ -165,6 +166,26 @@ def test_profile_summary_on_a_gpu():
     assert "75.0%" in table  # addmm's share of the device time
     assert "% device" in table
     assert timing.launch_diagnosis(s.cpu_side_s, s.device_s).kind == timing.PARTLY_LAUNCH_BOUND
+
+
+def test_the_diagnosis_reads_the_steps_wall_time_not_the_cpu_time_of_every_thread():
+    # Three CUDA steps of 4 ms wall time each. The calling thread waits 3 ms of each inside backward() (self time of its
+    # range) while autograd's device thread runs the backward's operators, 2.5 ms of CPU time: 16.5 ms of CPU time in
+    # all, for 12 ms of wall time, and 7 ms of device work.
+    events = [
+        ev("ProfilerStep#2", 50.0, cpu_total_us=4000.0),
+        ev("ProfilerStep#3", 50.0, cpu_total_us=4000.0),
+        ev("ProfilerStep#4", 50.0, cpu_total_us=4000.0),
+        ev("train step", 9000.0, annotation=True),
+        ev("aten::convolution_backward", 7500.0, 6000.0, count=3),
+        ev("void conv_kernel", 0.0, 7000.0, DeviceType.CUDA),
+    ]
+    s = timing.profile_summary(events, device_timeline=True)
+    assert s.cpu_side_s == pytest.approx(16.65e-3)
+    assert s.step_s == pytest.approx(12e-3)
+    assert timing.launch_diagnosis(s.step_s, s.device_s).kind == timing.PARTLY_LAUNCH_BOUND
+    assert timing.launch_diagnosis(s.cpu_side_s, s.device_s).kind == timing.LAUNCH_BOUND  # what counting twice said
+    assert timing.profile_summary(events[3:], device_timeline=True).step_s is None  # no schedule, no steps
 
 
 def test_profile_summary_on_a_cpu_sorts_by_cpu_time_and_has_no_device_column():

@@ -645,8 +645,9 @@ def check_unwrap(unwrap: Callable[[torch.nn.Module], torch.nn.Module] | None) ->
         return False
     if not callable(unwrap):
         return _verdict(name, False, f"unwrap should be a function, got {type(unwrap).__name__}")
-    model, named_module = MLP(), nn.Sequential(OrderedDict(module=nn.Linear(4, 2)))
-    cases = [("nn.DataParallel(model)", nn.DataParallel(model), model), ("a plain model", model, model)]
+    # DataParallel moves the model it wraps to a lone GPU: it gets a model of its own, so DDP's (gloo) stays on the CPU.
+    model, replicated, named_module = MLP(), MLP(), nn.Sequential(OrderedDict(module=nn.Linear(4, 2)))
+    cases = [("nn.DataParallel(model)", nn.DataParallel(replicated), replicated), ("a plain model", model, model)]
     cases.append(("a plain model whose child is called 'module'", named_module, named_module))
     own_group = not dist.is_initialized()
     if own_group:  # a world of one: DDP needs a process group, not a second process

@@ -111,3 +111,18 @@ def test_load_plain_checker_gives_a_verdict_for_weights_it_cannot_read_back(caps
     assert not CHECKERS["06_load_wrapped_checkpoint"](_reference, meta)
     assert "could not be read back to the CPU" in capsys.readouterr().out
 
+
+
+def test_unwrap_keeps_ddps_model_off_the_gpu_that_dataparallel_takes(monkeypatch, capsys) -> None:
+    # With one GPU visible, DataParallel moves the model it wraps there; the meta device plays that GPU here.
+    original = nn.DataParallel.__init__
+    moved = []
+
+    def moving(self, module, *args, **kwargs):
+        original(self, module, *args, **kwargs)
+        moved.append(module.to("meta"))
+
+    monkeypatch.setattr(nn.DataParallel, "__init__", moving)
+    wrappers = (nn.DataParallel, nn.parallel.DistributedDataParallel)
+    assert CHECKERS["06_unwrap"](lambda m: m.module if isinstance(m, wrappers) else m)
+    assert len(moved) == 1

@@ -30,7 +30,8 @@ def _cuda_fix() -> str:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     hints = [
         "Colab: Runtime > Change runtime type > Hardware accelerator: T4 GPU, then run the notebook again.",
-        "Kaggle: Settings > Accelerator > GPU T4 x2 (not P100: PyTorch's CUDA 12.8+ builds, Kaggle's too, lack its kernels).",
+        "Kaggle: Settings > Accelerator > GPU T4 x2 (not P100: PyTorch's CUDA 12.8+ builds, Kaggle's too, lack its "
+        "kernels).",
         'Local machine: install a CUDA build of PyTorch (https://pytorch.org/get-started/locally/) or use "cpu".',
     ]
     if visible is not None:

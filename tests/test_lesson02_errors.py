@@ -42,12 +42,9 @@ GPU_ONLY = {  # cell id: (the error types it accepts, the line of the cell that 
 MISMATCH = re.compile("same device|different devices")  # the words of the GPU text and of every stand-in text
 SHOWN = re.compile(r"^line (\d+): (.*)\n(\w+): (.*)$", re.MULTILINE)
 GPU = torch.cuda.is_available()
-FAKE_ORIGIN = (
-    "Real error, with the real GPU as the second device:" if GPU else "Stand-in error from fake CUDA tensors (this machine has no GPU):"
-)
-META_ORIGIN = (
-    "Real error, with the real GPU as the second device:" if GPU else "Stand-in error from the meta device (this machine has no GPU):"
-)
+REAL_ORIGIN = "Real error, with the real GPU as the second device:"
+FAKE_ORIGIN = REAL_ORIGIN if GPU else "Stand-in error from fake CUDA tensors (this machine has no GPU):"
+META_ORIGIN = REAL_ORIGIN if GPU else "Stand-in error from the meta device (this machine has no GPU):"
 
 
 def _cell(nb: nbformat.NotebookNode, cell_id: str) -> nbformat.NotebookNode:

@@ -11,6 +11,7 @@ import logging
 import math
 import statistics
 import time
+import timeit
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,7 +130,8 @@ def benchmark(
 ) -> torch.utils.benchmark.Measurement:
     """Measure ``fn()`` with ``torch.utils.benchmark.Timer.blocked_autorange``. The Timer synchronises CUDA itself
     around each block of calls (torch 2.8 does not synchronise MPS), so on devices other than the CPU and CUDA each call
-    is followed by a synchronise of ``device``."""
+    is followed by a synchronise of ``device``. On the CPU the Timer reads a plain clock: its default clock synchronises
+    the GPU whenever one is present, which would start CUDA on a GPU machine to time CPU code."""
     # torch.utils.benchmark imports cpp_extension, which logs "No CUDA runtime is found" without CUDA: harmless here.
     cpp_extension_log = logging.getLogger("torch.utils.cpp_extension")
     level = cpp_extension_log.level
@@ -152,9 +154,12 @@ def benchmark(
             fn()
             synchronize(device)
 
+    # Timer's default clock synchronises CUDA (torch 2.8) or the current accelerator (later releases) if there is one.
+    clock = {"timer": timeit.default_timer} if device.type == "cpu" else {}
     timer = tb.Timer(
         stmt="stmt_fn()",
         globals={"stmt_fn": stmt_fn},
+        **clock,
         label=label,
         description=description,
         num_threads=torch.get_num_threads(),
@@ -401,6 +406,13 @@ class ProfileSummary:
     step_s: float | None = None
     """Wall time of the profiled steps (the ``ProfilerStep`` ranges a schedule records, on the calling thread only);
     None without a schedule."""
+    ranges_cpu_s: dict[str, float] = field(default_factory=dict)
+    """Each ``record_function`` range's total CPU time (children included), from its CPU-side entry. On a GPU
+    ``key_averages`` also lists every range on the device timeline, under the same name, with no CPU time."""
+    launch_calls: int = 0
+    launch_cpu_s: float = 0.0
+    """Calls of the runtime's kernel-launch functions (``cudaLaunchKernel`` and the like) and their self CPU time: the
+    CPU's cost of launching kernels. They run no kernel themselves, so a table sorted by device time leaves them out."""
 
     def table(self, limit: int = 12) -> str:
         """The top ``limit`` rows; the percentages are shares of the totals printed beneath (never above 100%)."""
@@ -418,6 +430,12 @@ class ProfileSummary:
         totals = f"CPU-side time: {format_seconds(self.cpu_side_s)}   " + (
             f"device time: {format_seconds(self.device_s)}" if on_device else "(no device timeline)"
         )
+        if self.launch_calls:
+            totals += (
+                f"\nkernel launches (cudaLaunchKernel and the like): {self.launch_calls:,} calls, "
+                f"{format_seconds(self.launch_cpu_s)} of self CPU time, {_share(self.launch_cpu_s, self.cpu_side_s)} "
+                "of the CPU-side time"
+            )
         return f"{format_rows([head, *rows], right=range(1, len(head)))}\n{totals}"
 
 
@@ -425,29 +443,43 @@ def _share(part: float, whole: float | None) -> str:
     return f"{part / whole:.1%}" if whole else "-"
 
 
+LAUNCH_CALLS = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "hipLaunch", "hipModuleLaunch", "hipExtModuleLaunch")
+"""How the names of the runtime's kernel-launch functions begin (CUDA runtime and driver, CUDA graphs, ROCm)."""
+
+
 def profile_summary(events: Iterable[Any], device_timeline: bool) -> ProfileSummary:
     """Summarise ``prof.key_averages()`` (event times in microseconds): operators by self time, the CPU-side total and
     the device total. The CPU side counts ``record_function`` ranges too (their self time is the Python between
     operators); the device time leaves out user ranges mirrored on the device timeline, which would count their kernels
     twice. Rows are the CPU operators, with the self device time of the kernels they launched. The steps' wall time
-    adds up the ``ProfilerStep`` ranges' total time."""
-    cpu_side = device = steps = 0.0
+    adds up the ``ProfilerStep`` ranges' total time; each range's CPU total and the kernel launches' calls and self CPU
+    time come from CPU-side events only."""
+    cpu_side = device = steps = launch_cpu = 0.0
     stepped = False
-    rows = []
+    launches = 0
+    rows, ranges = [], {}
     for event in events:
         on_cpu = getattr(event, "device_type", torch.autograd.DeviceType.CPU) == torch.autograd.DeviceType.CPU
-        user_range = bool(getattr(event, "is_user_annotation", False)) or event.key.startswith("ProfilerStep")
+        step = event.key.startswith("ProfilerStep")
+        user_range = bool(getattr(event, "is_user_annotation", False)) or step
         self_cpu = event.self_cpu_time_total / 1e6
         self_device = getattr(event, "self_device_time_total", 0) / 1e6
         if on_cpu:
             cpu_side += self_cpu
-            if event.key.startswith("ProfilerStep"):
+            if step:
                 steps += event.cpu_time_total / 1e6
                 stepped = True
-            if not user_range:
+            elif user_range:
+                ranges[event.key] = ranges.get(event.key, 0.0) + event.cpu_time_total / 1e6
+            else:
                 rows.append(ProfileRow(event.key, event.count, self_cpu, self_device))
+                if event.key.startswith(LAUNCH_CALLS):
+                    launches += event.count
+                    launch_cpu += self_cpu
         elif not user_range:
             device += self_device
     key = (lambda r: r.self_device_s) if device_timeline else (lambda r: r.self_cpu_s)
     rows.sort(key=key, reverse=True)
-    return ProfileSummary(rows, cpu_side, device if device_timeline else None, steps if stepped else None)
+    return ProfileSummary(
+        rows, cpu_side, device if device_timeline else None, steps if stepped else None, ranges, launches, launch_cpu
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import timeit
 
 import pytest
 import torch
@@ -134,3 +135,34 @@ def test_benchmark_makes_the_measured_gpu_current_so_the_timer_waits_for_it(monk
     assert entered == [torch.device("cuda:1")]
     timing.benchmark(lambda: None, "cpu", min_run_time=0.01)
     assert entered == [torch.device("cuda:1")]
+
+
+def test_benchmark_on_the_cpu_never_synchronises_a_gpu(monkeypatch):
+    # Timer's default clock synchronises CUDA (torch 2.8) or the current accelerator (later releases) whenever one is
+    # there; timing CPU code on a GPU machine must not start CUDA.
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: syncs.append("cuda"))
+    if hasattr(torch, "accelerator"):
+        monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+        monkeypatch.setattr(torch.accelerator, "synchronize", lambda *a, **k: syncs.append("accelerator"))
+    m = timing.benchmark(lambda: None, "cpu", min_run_time=0.01)
+    assert m.median > 0
+    assert syncs == []
+
+
+def test_benchmark_gives_the_timer_a_plain_clock_on_the_cpu_only(monkeypatch):
+    from torch.utils import benchmark as tb
+
+    clocks = []
+
+    class RecordingTimer(tb.Timer):
+        def __init__(self, *args, **kwargs):
+            clocks.append(kwargs.get("timer", "default"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(tb, "Timer", RecordingTimer)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())  # no GPU to make current here
+    timing.benchmark(lambda: None, "cpu", min_run_time=0.01)
+    timing.benchmark(lambda: None, "cuda", min_run_time=0.01)  # the Timer's own clock, which waits for the GPU
+    assert clocks == [timeit.default_timer, "default"]

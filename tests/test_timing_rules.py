@@ -223,3 +223,40 @@ def test_every_speed_verdict_in_the_course_comes_from_one_rule():
         sentence = timing.speed_comparison("after", after, "before", before)
         assert sentence.startswith("no clear difference") == (rule == timing.NO_CLEAR_DIFFERENCE)
         assert timing.compare(before, after).clear == (rule != timing.NO_CLEAR_DIFFERENCE)
+
+
+def test_range_totals_come_from_the_cpu_side_entry_only():
+    # On a GPU key_averages lists each record_function range twice under one name: on the CPU, and on the device
+    # timeline with no CPU time. Whichever comes last, the range's CPU total is the CPU entry's.
+    cpu_first = [
+        ev("next batch", 40.0, annotation=True, cpu_total_us=300.0),
+        ev("train step", 500.0, annotation=True, cpu_total_us=9000.0),
+        ev("next batch", 0.0, 250.0, DeviceType.CUDA, annotation=True, cpu_total_us=0.0),
+        ev("train step", 0.0, 3000.0, DeviceType.CUDA, annotation=True, cpu_total_us=0.0),
+        ev("ProfilerStep#2", 50.0, cpu_total_us=9500.0),
+        ev("aten::mm", 100.0, 600.0, cpu_total_us=120.0),
+    ]
+    for events in (cpu_first, cpu_first[::-1]):
+        s = timing.profile_summary(events, device_timeline=True)
+        assert s.ranges_cpu_s == pytest.approx({"next batch": 300e-6, "train step": 9000e-6})
+    assert timing.profile_summary(cpu_first[:2], device_timeline=False).ranges_cpu_s == pytest.approx(
+        {"next batch": 300e-6, "train step": 9000e-6}
+    )
+
+
+def test_kernel_launches_are_added_up_under_a_table_sorted_by_device_time():
+    events = [
+        ev("aten::convolution", 300.0, 200.0),
+        ev("aten::addmm", 100.0, 600.0),
+        ev("cudaLaunchKernel", 400.0, count=30),
+        ev("cuLaunchKernel", 100.0, count=5),
+        ev("cudaMemcpyAsync", 50.0, count=2),  # a copy, not a launch
+        ev("void sgemm_kernel", 0.0, 600.0, DeviceType.CUDA),
+    ]
+    s = timing.profile_summary(events, device_timeline=True)
+    assert (s.launch_calls, s.launch_cpu_s) == (35, pytest.approx(500e-6))
+    table = s.table(limit=2)
+    assert "cudaLaunchKernel" not in table.split("CPU-side time")[0]  # no device time: not among the top rows
+    assert "kernel launches (cudaLaunchKernel and the like): 35 calls, 500.0 us of self CPU time, 52.6% of" in table
+    on_cpu = timing.profile_summary([ev("aten::mm", 100.0), ev("aten::addmm", 50.0)], device_timeline=False)
+    assert on_cpu.launch_calls == 0 and "kernel launches" not in on_cpu.table()

@@ -5,6 +5,7 @@ the GPU."""
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -13,12 +14,22 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from helpers.models import model_device
 from helpers.transfer import to_device
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def progress_bar(**kwargs: Any) -> Any:
+    """A tqdm bar: the notebook widget where ipywidgets is installed, else the text bar. Imported here, not with the
+    module, and never ``tqdm.auto`` without ipywidgets: in a notebook it would warn "IProgress not found" and then
+    fall back to the same text bar."""
+    if importlib.util.find_spec("ipywidgets") is None:
+        from tqdm.std import tqdm
+    else:
+        from tqdm.auto import tqdm
+    return tqdm(**kwargs)
 
 
 @dataclass
@@ -114,7 +125,7 @@ def fit(
         per_epoch = len(train_loader)  # type: ignore[arg-type]
     except TypeError:  # an iterable without a length: the bar counts without a total
         per_epoch = None
-    bar = tqdm(total=per_epoch * epochs if per_epoch else None, unit="batch", disable=not progress)
+    bar = progress_bar(total=per_epoch * epochs if per_epoch else None, unit="batch", disable=not progress)
     try:
         for epoch in range(1, epochs + 1):
             bar.set_description(f"epoch {epoch}/{epochs}")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import math
+import sys
+import warnings
 
 import pytest
 import torch
@@ -158,3 +161,58 @@ def test_bad_arguments():
         training.train_epoch(model, [], opt)
     with pytest.raises(ValueError, match="no batches"):
         training.evaluate(model, [])
+
+
+def notebook_without_ipywidgets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What tqdm sees in a Jupyter kernel where ipywidgets is not installed, with tqdm's notebook modules unloaded."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "ipykernel.zmqshell", types.ModuleType("ipykernel.zmqshell"))
+    ipython = types.ModuleType("IPython")
+    ipython.get_ipython = lambda: None  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "IPython", ipython)
+    monkeypatch.setitem(sys.modules, "IPython.html", None)  # unimportable, as on IPython 4 and later
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)  # None in sys.modules: import raises ImportError
+    for name in ("tqdm.auto", "tqdm.autonotebook", "tqdm.notebook"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+
+def test_the_simulated_notebook_is_where_tqdm_auto_warns(monkeypatch):
+    from tqdm.std import TqdmWarning
+
+    notebook_without_ipywidgets(monkeypatch)
+    with pytest.warns(TqdmWarning, match="IProgress not found"):
+        importlib.import_module("tqdm.auto")
+
+
+def test_fit_falls_back_to_the_text_bar_quietly_without_ipywidgets(monkeypatch):
+    from tqdm.std import TqdmWarning
+    from tqdm.std import tqdm as text_bar
+
+    notebook_without_ipywidgets(monkeypatch)
+    bars = []
+    real = training.progress_bar
+
+    def recording_bar(**kwargs):
+        bars.append(real(**kwargs))
+        return bars[-1]
+
+    monkeypatch.setattr(training, "progress_bar", recording_bar)
+    train, val = loaders()
+    model = nn.Linear(8, 2)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        training.fit(model, train, val, torch.optim.SGD(model.parameters(), lr=0.1), epochs=1, progress=False)
+    assert [type(bar) for bar in bars] == [text_bar]
+    assert [str(w.message) for w in seen if w.category is TqdmWarning] == []
+    assert "tqdm.auto" not in sys.modules
+
+
+def test_importing_the_training_helpers_does_not_import_tqdm_auto(monkeypatch):
+    import helpers
+
+    notebook_without_ipywidgets(monkeypatch)
+    monkeypatch.delitem(sys.modules, "helpers.training")
+    monkeypatch.setattr(helpers, "training", training)  # put back after the test, as sys.modules' entry is
+    importlib.import_module("helpers.training")
+    assert "tqdm.auto" not in sys.modules

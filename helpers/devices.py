@@ -274,7 +274,8 @@ def runtime() -> str:
 
 
 def environment_report() -> dict[str, Any]:
-    """What PyTorch can see here, as data: versions, GPUs, MPS, CPU threads, runtime."""
+    """What PyTorch can see here, as data: versions, GPUs, MPS, CPU threads, runtime, the device ``pick_device()``
+    chooses and ``course_device``, the value of ``$COURSE_DEVICE`` when it overrides that choice (None otherwise)."""
     try:
         import torchvision
 
@@ -299,6 +300,7 @@ def environment_report() -> dict[str, Any]:
         for i, props in enumerate(map(torch.cuda.get_device_properties, range(count)))
     ]
     mps = getattr(torch.backends, "mps", None)
+    override = os.environ.get(ENV_DEVICE, "").strip()
     try:
         auto_device = str(pick_device())
     except (DeviceUnavailableError, ValueError) as exc:
@@ -321,6 +323,7 @@ def environment_report() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "runtime": runtime(),
         "auto_device": auto_device,
+        "course_device": override if override.lower() not in ("", "auto") else None,
     }
 
 
@@ -350,7 +353,8 @@ def version_problems(torch_version: str | None = None, python_version: str | Non
 
 
 def format_report(report: dict[str, Any] | None = None) -> str:
-    """The environment report as aligned text lines."""
+    """The environment report as aligned text lines; the chosen device says "(from COURSE_DEVICE)" when that variable
+    chose it."""
     r = environment_report() if report is None else report
     cuda = f"built for CUDA {r['cuda_build']}" if r["cuda_build"] else "CPU-only build (no CUDA)"
     lines = [
@@ -367,12 +371,15 @@ def format_report(report: dict[str, Any] | None = None) -> str:
     if r["cuda_visible_devices"] is not None:
         lines.append(("CUDA_VISIBLE_DEVICES", repr(r["cuda_visible_devices"])))
     mps = "available" if r["mps_available"] else ("built, not available" if r["mps_built"] else "no")
+    # An unusable COURSE_DEVICE makes auto_device "nothing: COURSE_DEVICE=... is set", which names it already.
+    forced = r.get("course_device") and not r["auto_device"].startswith("nothing")
+    chosen_by = f" (from {ENV_DEVICE})" if forced else ""
     lines += [
         ("MPS (Apple GPU)", mps),
         ("XPU (Intel GPU)", "available" if r["xpu_available"] else "no"),
         ("CPU", f"{r['cpu_count']} logical cores, torch uses {r['cpu_threads']} threads"),
         ("Runtime", r["runtime"]),
-        ("pick_device() chooses", r["auto_device"]),
+        ("pick_device() chooses", r["auto_device"] + chosen_by),
     ]
     width = max(len(k) for k, _ in lines)
     text = "\n".join(f"{k:<{width}}  {v}" for k, v in lines)

@@ -165,6 +165,26 @@ def test_report_as_data_and_text():
     assert text.splitlines()[-1].startswith("pick_device() chooses")
 
 
+def test_report_says_when_course_device_chose_the_device(monkeypatch, no_gpu):
+    monkeypatch.setenv("COURSE_DEVICE", " cpu ")
+    report = devices.environment_report()
+    assert report["auto_device"] == "cpu" and report["course_device"] == "cpu"
+    assert "pick_device() chooses  cpu (from COURSE_DEVICE)" in devices.format_report(report)
+    for value in ("auto", " AUTO ", ""):  # not an override: pick_device searches for the best device itself
+        monkeypatch.setenv("COURSE_DEVICE", value)
+        report = devices.environment_report()
+        assert report["course_device"] is None
+        assert "COURSE_DEVICE" not in devices.format_report(report)
+    monkeypatch.delenv("COURSE_DEVICE")
+    assert devices.environment_report()["course_device"] is None
+    monkeypatch.setenv("COURSE_DEVICE", "cuda")  # unusable here: the line says why, and no "(from ...)" is added
+    line = devices.format_report().splitlines()[-1]
+    assert line.startswith("pick_device() chooses  nothing: COURSE_DEVICE='cuda' is set")
+    assert not line.endswith("(from COURSE_DEVICE)")
+    older = {k: v for k, v in devices.environment_report().items() if k != "course_device"}
+    assert devices.format_report(older)  # a report made without the key still formats
+
+
 def test_report_lists_each_gpu():
     report = devices.environment_report() | {
         "gpus": [

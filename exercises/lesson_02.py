@@ -1,0 +1,113 @@
+"""Lesson 02's exercise checkers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from exercises.core import exercise, learner_code
+from helpers.placement import same_device
+
+
+def _parse_mismatch(message: str) -> tuple[str, str] | None:
+    """(argument, its device) from a device-mismatch message that names the argument, in either wording."""
+    import re  # only this checker needs it
+
+    if m := re.search(r"but got (\w+) is on (\S+), different from other tensors on (\S+) \(", message):
+        return m.group(1), m.group(2)
+    if m := re.search(r"at least two devices, (\S+) and (\S+)! \(when checking argument for argument (\w+)", message):
+        return m.group(3), m.group(2)
+    return None
+
+
+@exercise("02_read_the_error", "read the error", answers=2)
+def check_error_reading(argument: str | None, argument_device: str | None, message: str) -> str | None:
+    """Which argument the mismatch message names, and the device that argument is on."""
+    truth = _parse_mismatch(message)
+    if truth is None:
+        return "this message names no argument; pick one from the lesson"
+    if str(argument).strip() != truth[0]:
+        return f"{argument!r} is not the argument: look for the word after 'but got'"
+    if str(argument_device).strip() != truth[1]:
+        return f"{truth[0]} is not on {argument_device!r}: look for the device after 'is on'"
+    return None
+
+
+@exercise("02_batch_on_device", "whole batch on the device")
+def check_batch_on_device(moved: Any, original: Any, device: torch.device) -> str | None:
+    """Every tensor of a nested batch on ``device``, same structure, shapes and values as ``original``."""
+    from helpers.placement import batch_leaves  # the walker lesson 02's report uses
+
+    if type(moved) is not type(original):
+        return f"expected a {type(original).__name__}, got {type(moved).__name__}"
+    got, want = dict(batch_leaves(moved)), dict(batch_leaves(original))
+    if got.keys() != want.keys():
+        lost, extra = sorted(want.keys() - got.keys()), sorted(got.keys() - want.keys())
+        return f"the structure changed: missing {lost or 'nothing'}, new {extra or 'nothing'}"
+    for path, w in want.items():
+        g = got[path]
+        if not isinstance(w, torch.Tensor):
+            try:
+                same = g is w or bool(g == w)
+            except Exception:  # e.g. an array leaf, whose == gives no single truth value
+                same = False
+            if not same:
+                return f"{path} is not a tensor and should stay as it was: {w!r} became {g!r}"
+            continue
+        if not isinstance(g, torch.Tensor):
+            return f"{path} became a {type(g).__name__}"
+        if not same_device(g.device, device):
+            return f"{path} is still on {g.device}, not {device}"
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return f"{path} changed shape or dtype: was {tuple(w.shape)} {w.dtype}"
+        if g.device.type != "meta" and w.device.type != "meta" and not torch.equal(g.cpu(), w.cpu()):
+            return f"{path} holds other values than the original"
+    return None
+
+
+@exercise("02_fix_the_train_step", "fix the training step", function=True)
+def check_train_step(train_step: Callable | None, device: torch.device, steps: int = 5) -> str | None:
+    """``train_step(model, images, labels, optimizer)`` takes a batch on the CPU for a model on any device, uses class
+    weights ``linspace(0.5, 1.5, 10)`` in its cross-entropy and returns the loss tensor. Run for real on ``device``
+    (the loss must match, be finite and go down, the parameters change), then with the model on the GPU when
+    ``device`` is one, else on the meta device, which refuses a tensor left on the CPU as a GPU does."""
+    import copy
+    import math
+
+    import torch.nn.functional as F
+    from torch import nn
+
+    from helpers.placement import gpu_or_meta
+
+    gen = torch.Generator().manual_seed(0)
+    images = torch.randn(64, 1, 8, 8, generator=gen)  # (B, 1, 8, 8), on the CPU as a DataLoader hands it over
+    labels = torch.randint(0, 10, (64,), generator=gen)  # (B,)
+    with torch.random.fork_rng(devices=[]):  # the same model every time, without touching the learner's seed
+        torch.manual_seed(0)
+        template = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    with torch.no_grad():
+        expected = F.cross_entropy(template(images), labels, weight=torch.linspace(0.5, 1.5, 10)).item()
+    for where in dict.fromkeys([torch.device(device), gpu_or_meta(device)]):  # one run when both are the same GPU
+        model = copy.deepcopy(template).to(where)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        before = [p.detach().clone() for p in model.parameters()]
+        with learner_code(f"with the model on {where} and the batch on the CPU: "):
+            losses = [train_step(model, images, labels, optimizer) for _ in range(steps)]
+        if not all(isinstance(loss, torch.Tensor) and loss.dim() == 0 for loss in losses):
+            return "return the loss as a 0-dim tensor (loss.detach()), not a number"
+        if not same_device(losses[0].device, where):
+            return f"the loss is on {losses[0].device}, the model on {where}: compute it there"
+        if where.type == "meta":
+            continue  # shapes only: the numbers were checked on the lesson's device
+        values = [loss.item() for loss in losses]
+        if abs(values[0] - expected) > 1e-4 * max(1.0, abs(expected)):
+            return f"first loss {values[0]:.4f}, expected {expected:.4f}: keep the class weights"
+        if not all(math.isfinite(v) for v in values):
+            return f"the loss is not finite: {values}"
+        if all(torch.equal(b, p.detach()) for b, p in zip(before, model.parameters(), strict=True)):
+            return "the parameters did not change: call loss.backward() and optimizer.step()"
+        if not values[-1] < values[0]:
+            return f"the loss did not go down over {steps} steps on one batch: {values}"
+    return None

@@ -110,8 +110,14 @@ def time_batch_copies(
     return {name: found[1:] for name, found in times.items()}
 
 
+DISTURBED_SPREAD = 0.5
+"""Repeats of one way spread over more than this share of their median: at least one of them was disturbed."""
+
+
 def pinning_findings(times: Mapping[str, Sequence[float]]) -> list[str]:
-    """One sentence per way that differs from the plain copy, each stating what the measurements show."""
+    """One sentence per way that differs from the plain copy, each stating what the measurements show. Where the
+    repeats overlap and either side spread over ``DISTURBED_SPREAD`` of its median, the sentence says a repeat was
+    disturbed, which can hide a difference, and asks for the cell to be run again."""
     plain = statistics.median(times["plain"])
     what = {
         "pin in the loop": "Pinning each batch in the loop, then copying it,",
@@ -123,7 +129,17 @@ def pinning_findings(times: Mapping[str, Sequence[float]]) -> list[str]:
         median = statistics.median(times[name])
         figures = f"{timing.format_seconds(median)} against {timing.format_seconds(plain)} per batch"
         if verdict == "no clear difference":
-            lines.append(f"{subject} made no clear difference to a plain copy: {figures}, and the repeats overlap.")
+            spreads = {way: timing.as_timing(times[way]).spread for way in (name, "plain")}
+            wide = [f"{way} {spread:.0%}" for way, spread in spreads.items() if spread > DISTURBED_SPREAD]
+            rerun = (
+                f" But the repeats spread widely ({', '.join(wide)} of the median): at least one was disturbed, which "
+                "can hide a difference; run the cell again."
+                if wide
+                else ""
+            )
+            lines.append(
+                f"{subject} made no clear difference to a plain copy: {figures}, and the repeats overlap.{rerun}"
+            )
         else:
             lines.append(
                 f"{subject} was {verdict} than a plain copy: {figures} ({median / plain:.2f} times its time; every "

@@ -120,13 +120,14 @@ def _best_change_name(best_change: Any, results: list, task: str) -> str:
 def check_best_change(best_change: str | None, results: list, task: str = "cnn") -> str | None:
     """The pipeline (a name in ``bench.PIPELINES``) whose one change raised ``task``'s images per second most against
     the row it changes from, in this run's ``results``."""
-    from helpers import bench, timing
+    from helpers import bench
+    from helpers.text import ratio_text
 
     ratios = {p: c.speedup for (p, t), c in bench.row_comparisons(results).items() if t == task}
     if best_change not in ratios:
         return f"answer with the pipeline name of a row that changes one thing: one of {', '.join(map(repr, ratios))}"
     best = max(ratios, key=ratios.__getitem__)
     if best_change != best:
-        got, top = timing.ratio_text(ratios[best_change]), timing.ratio_text(ratios[best])
+        got, top = ratio_text(ratios[best_change]), ratio_text(ratios[best])
         return f"{best_change!r} gained {got} over its row; another row gained more ({top})"
     return None

@@ -8,6 +8,7 @@ import torch
 
 from exercises.core import Recorder, exercise, learner_code
 from helpers.placement import same_device
+from helpers.readings import Verdict
 
 _HISTORIES = [
     ([(1.0, 0.5), (2.0, 0.88), (3.0, 0.9)], 0.88, 2.0),  # reached exactly at the target
@@ -32,12 +33,14 @@ def check_time_to_target(time_to_target: Callable | None) -> str | None:
 
 
 _SPREADS = [
-    ([10.0, 11.0, 12.0], [5.0, 5.5, 6.0], "kept"),
-    ([10.0, 11.0, 12.0], [9.0, 10.5, 11.0], "no clear difference"),  # lower mean, overlapping ranges
-    ([10.0, 11.0, 12.0], [12.5, 13.0, 14.0], "slower"),
-    ([10.0, 10.2, 10.4], [10.5, 10.6, 19.0], "slower"),
-    ([5.0, 9.0, 13.0], [8.8, 8.9, 9.0], "no clear difference"),  # a tighter spread inside a wide one
+    ([10.0, 11.0, 12.0], [5.0, 5.5, 6.0], Verdict.KEPT),
+    ([10.0, 11.0, 12.0], [9.0, 10.5, 11.0], Verdict.NO_CLEAR_DIFFERENCE),  # lower mean, overlapping ranges
+    ([10.0, 11.0, 12.0], [12.5, 13.0, 14.0], Verdict.SLOWER),
+    ([10.0, 10.2, 10.4], [10.5, 10.6, 19.0], Verdict.SLOWER),
+    ([5.0, 9.0, 13.0], [8.8, 8.9, 9.0], Verdict.NO_CLEAR_DIFFERENCE),  # a tighter spread inside a wide one
 ]
+_SAID = {Verdict.KEPT: "kept", Verdict.SLOWER: "slower", Verdict.NO_CLEAR_DIFFERENCE: "no clear difference"}
+"""The words the exercise asks ``keep_or_reject`` to answer with, for each verdict."""
 
 
 @exercise("09_keep_rule", "keep or reject", function=True)
@@ -45,9 +48,9 @@ def check_keep_rule(keep_or_reject: Callable | None) -> str | None:
     """``keep_or_reject(before, after)`` says "kept", "no clear difference" or "slower" from two lists of seconds."""
     for before, after, expected in _SPREADS:
         got = keep_or_reject(list(before), list(after))
-        if got != expected:
+        if got != _SAID[expected]:
             return (
-                f"before={before}, after={after}: it said {got!r}, expected {expected!r}; keep only when the "
+                f"before={before}, after={after}: it said {got!r}, expected {_SAID[expected]!r}; keep only when the "
                 "slowest run after beats the fastest run before"
             )
     return None

@@ -3,7 +3,7 @@
 Lesson 05 runs it; ``python -m tools.bench`` runs it from a terminal in a clone of the course. Row 1 is the lab's setup
 (a DataLoader applying ToTensor and Normalize per image, batch 128, no workers). Each row is timed on data only, the
 linear model and the CNN (median of repeats after a warm-up); the sentences under the table are chosen from the run's
-own numbers by the course's rules (``timing.compare``, ``timing.batch_scaling``, ``rate_trend``).
+own numbers by the course's rules (``readings.compare``, ``readings.batch_scaling``, ``rate_trend``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
@@ -19,10 +19,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from helpers import devices, timing
-from helpers.lesson import format_rows
+from helpers import devices, readings
 from helpers.models import build_model
-from helpers.timing import MIN_NOISE, compare, format_seconds, ratio_text, time_on_device
+from helpers.readings import KEPT, MIN_NOISE, SLOWER, Timing, compare
+from helpers.text import format_rows, format_seconds, ratio_text
+from helpers.timing import time_on_device
 from helpers.transfer import DeviceDataLoader, DeviceResidentLoader
 
 PIPELINES = ("lab", "workers", "pinned", "wrapper", "indexed", "resident")
@@ -90,16 +91,20 @@ def pipeline_title(name: str, present: Sequence[str] = PIPELINES, workers: int =
 
 @dataclass
 class Measurement:
-    """One pipeline on one task: median seconds per run of ``batches`` batches, ``images`` images; ``busy``: the
-    seconds per batch the device itself was busy (from the profiler), where that was measured."""
+    """One pipeline on one task: ``timing`` holds the seconds per run of ``batches`` batches, ``images`` images;
+    ``busy``: the seconds per batch the device itself was busy (from the profiler), where that was measured."""
 
     pipeline: str
     task: str
     images: int
-    seconds: float
-    times: list[float] = field(repr=False, default_factory=list)
+    timing: Timing
     batches: int = 0
     busy: float | None = None
+
+    @property
+    def seconds(self) -> float:
+        """Median seconds per run."""
+        return self.timing.median
 
     @property
     def images_per_second(self) -> float:
@@ -108,7 +113,7 @@ class Measurement:
     @property
     def spread(self) -> float:
         """(slowest - fastest) / median of the repeats; 0 with a single repeat."""
-        return (max(self.times) - min(self.times)) / self.seconds if len(self.times) > 1 else 0.0
+        return self.timing.spread
 
     @property
     def step_seconds(self) -> float:
@@ -117,14 +122,14 @@ class Measurement:
 
     def per_batch(self) -> list[float]:
         """Each repeat's seconds per batch."""
-        return [t / self.batches for t in self.times]
+        return self.timing.per(self.batches).times
 
     def per_image(self) -> list[float]:
         """Each repeat's seconds per image."""
-        return [t / self.images for t in self.times]
+        return self.timing.per(self.images).times
 
 
-# --- judging measurements (by the rules in helpers.timing) -----------------------------------------------------
+# --- judging measurements (by the rules in helpers.readings) -----------------------------------------------------
 
 
 def rate_trend(per_image: dict[int, Sequence[float]], label: str = "") -> str:
@@ -137,7 +142,7 @@ def rate_trend(per_image: dict[int, Sequence[float]], label: str = "") -> str:
     steps = []
     for a, b in zip(sizes[:-1], sizes[1:], strict=True):
         c = compare(per_image[a], per_image[b], MIN_NOISE)  # faster: batch b trained more images per second
-        steps.append((c.direction, a, b))
+        steps.append((c.verdict, a, b))
     runs: list[list[Any]] = []
     for verdict, a, b in steps:
         if runs and runs[-1][0] == verdict:
@@ -147,12 +152,12 @@ def rate_trend(per_image: dict[int, Sequence[float]], label: str = "") -> str:
     parts = []
     for i, (verdict, a, b) in enumerate(runs):
         gain = statistics.median(per_image[a]) / statistics.median(per_image[b])
-        if verdict == "faster":
+        if verdict == KEPT:
             word = "rose"
-        elif verdict == "slower":
+        elif verdict == SLOWER:
             word = "fell"
         else:
-            word = "levelled off" if i > 0 and runs[i - 1][0] == "faster" else "stayed level"
+            word = "levelled off" if i > 0 and runs[i - 1][0] == KEPT else "stayed level"
         if i == 0:
             parts.append(f"{word} from batch {a} to batch {b} ({ratio_text(gain)})")
         else:
@@ -254,7 +259,7 @@ def device_busy(fn: Callable[[], None], device: torch.device) -> float | None:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             fn()
             devices.synchronize(device)
-    return timing.profile_summary(prof.key_averages(), device_timeline=True).device_s
+    return readings.profile_summary(prof.key_averages(), device_timeline=True).device_s
 
 
 def measure(
@@ -272,8 +277,7 @@ def measure(
     ``repeats`` new passes after a warm-up. ``profile_batches`` more batches on a CUDA device give ``busy``."""
     run = _Runner(loader, task, device, seed)
     run(warmup_batches)
-    timing = time_on_device(lambda: run(batches), device, repeats=repeats, warmup=0)
-    m = Measurement(pipeline, task, run.images, timing.median, timing.times, run.batches)
+    m = Measurement(pipeline, task, run.images, time_on_device(lambda: run(batches), device, repeats, 0), run.batches)
     if profile_batches > 0:
         busy = device_busy(lambda: run(profile_batches), device)
         m.busy = None if busy is None else busy / run.batches
@@ -309,8 +313,7 @@ def run_benchmark(
         for job, run in runners.items():
             times[job] += time_on_device(lambda run=run: run(batches), device, repeats=1, warmup=0).times
     return [
-        Measurement(p, t, run.images, statistics.median(times[(p, t)]), times[(p, t)], run.batches)
-        for (p, t), run in runners.items()
+        Measurement(p, t, run.images, readings.as_timing(times[(p, t)]), run.batches) for (p, t), run in runners.items()
     ]
 
 
@@ -322,7 +325,7 @@ def present_rows(results: list[Measurement]) -> list[str]:
     return [p for p in PIPELINES if any(m.pipeline == p for m in results)]
 
 
-def row_comparisons(results: list[Measurement]) -> dict[tuple[str, str], timing.Comparison]:
+def row_comparisons(results: list[Measurement]) -> dict[tuple[str, str], readings.Comparison]:
     """Each (row, task) against the same task in the row it changes one thing from: what table and sentences use."""
     by = {(m.pipeline, m.task): m for m in results}
     present = present_rows(results)
@@ -363,7 +366,7 @@ def format_table(results: list[Measurement], epoch_images: int | None = None, wo
     return format_rows([head, *rows], right=range(1, len(head)))
 
 
-def _verdict_text(c: timing.Comparison) -> str:
+def _verdict_text(c: readings.Comparison) -> str:
     return c.direction if c.clear else f"no clear difference ({c.why_unclear})"
 
 
@@ -460,10 +463,10 @@ def grid_findings(grid: dict[str, dict[int, Measurement]]) -> list[str]:
         if len(per_size) < 2:
             continue
         lines.append(rate_trend({bs: m.per_image() for bs, m in per_size.items()}, dev))
-        lines.append(str(timing.batch_scaling({bs: m.per_batch() for bs, m in per_size.items()}, dev)))
+        lines.append(str(readings.batch_scaling({bs: m.per_batch() for bs, m in per_size.items()}, dev)))
         for bs, m in sorted(per_size.items()):
             if m.busy is not None:  # the profiler's busy time: did the device wait for the CPU?
-                lines.append(f"{dev}: at batch {bs}, {timing.launch_diagnosis(m.step_seconds, m.busy).sentence}")
+                lines.append(f"{dev}: at batch {bs}, {readings.launch_diagnosis(m.step_seconds, m.busy).sentence}")
     if "cpu" in grid and len(grid) > 1:
         for dev, per_size in grid.items():
             if dev == "cpu":

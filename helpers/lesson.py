@@ -13,7 +13,7 @@ import random
 import re
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ import torch
 
 from helpers import devices
 from helpers.data import ENV_DATASET, canonical_name
+from helpers.text import format_rows as format_rows  # the course's table printer, under its old name too
 
 ENV_QUICK = "COURSE_QUICK"
 RECORD_MIME = "application/vnd.pytorch-gpu-course.record+json"  # outputs carrying figures for the runner's table
@@ -223,19 +224,6 @@ def start(
 def headline(label: str, value: str) -> None:
     """Show and record the lesson's headline figure, e.g. ``headline("test accuracy", "88.2%")``."""
     _emit(f"Headline: {label}: {value}", {"headline": f"{label}: {value}"})
-
-
-def format_rows(rows: Sequence[Sequence[object]], right: Sequence[int] = ()) -> str:
-    """The course's one plain-text table printer: ``rows[0]`` is the header; the columns in ``right`` align right."""
-    cells = [[str(c) for c in row] for row in rows]
-    if not cells:
-        return ""
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
-    lines = []
-    for row in [cells[0], ["-" * w for w in widths], *cells[1:]]:
-        padded = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
-        lines.append("  ".join(padded).rstrip())
-    return "\n".join(lines)
 
 
 def cuda_gpu_count() -> int:

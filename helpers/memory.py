@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from helpers.text import format_bytes
+
 
 @dataclass(frozen=True)
 class MemoryStats:
@@ -33,30 +35,19 @@ class MemoryStats:
         return " | ".join(parts)
 
 
-def format_bytes(n: int | float) -> str:
-    """1536 -> '1.5 KiB', 3 * 2**30 -> '3.0 GiB'."""
-    if n < 0:
-        return "-" + format_bytes(-n)
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
-
-
 def _backend(device: str | torch.device) -> str | None:
     """Which API reports memory for ``device``: "cuda", "mps", "accelerator", or None where none does."""
     device = torch.device(device)
     if device.type == "cuda":
         return "cuda" if torch.cuda.is_available() else None
     if device.type == "mps":
-        return "mps" if torch.backends.mps.is_available() and hasattr(torch.mps, "current_allocated_memory") else None
+        return "mps" if torch.backends.mps.is_available() else None
     if device.type == "cpu":
         return None
     # Other accelerators (XPU, ...) on a torch that has the device-generic memory API (torch >= 2.9; 2.8 lacks it).
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is None or not hasattr(accelerator, "memory_allocated") or not accelerator.is_available():
+    if not hasattr(torch.accelerator, "memory_allocated") or not torch.accelerator.is_available():
         return None
-    current = accelerator.current_accelerator()
+    current = torch.accelerator.current_accelerator()
     return "accelerator" if current is not None and current.type == device.type else None
 
 

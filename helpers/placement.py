@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from helpers.text import format_rows
 from helpers.transfer import map_batch
 
 
@@ -86,7 +87,6 @@ def odd_ones_out(entries: list[Placement], expected: str | torch.device | None =
 
 def format_placements(entries: list[Placement], expected: str | torch.device | None = None) -> str:
     """A plain-text table, one row per tensor, the odd ones out marked with ``<-``."""
-    from helpers.lesson import format_rows  # the course's table printer; lesson imports torchvision, so only here
 
     if not entries:
         return "(no tensors)"

@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import bench, data
+from helpers.readings import Timing
 from tools import bench as cli
 
 
@@ -82,7 +83,7 @@ def _results(rates: dict[tuple[str, str], float], spread: float = 0.04) -> list[
     out = []
     for (p, t), rate in rates.items():
         s = 1000 / rate
-        out.append(bench.Measurement(p, t, 1000, s, [s * (1 - spread / 2), s, s * (1 + spread / 2)], batches=8))
+        out.append(bench.Measurement(p, t, 1000, Timing(s, [s * (1 - spread / 2), s, s * (1 + spread / 2)]), batches=8))
     return out
 
 
@@ -153,8 +154,8 @@ def test_findings_follow_the_numbers():
 
 def test_speedups_divide_by_the_lab():
     results = [
-        bench.Measurement("lab", "data", images=100, seconds=1.0, times=[1.0]),
-        bench.Measurement("resident", "data", images=100, seconds=0.01, times=[0.01]),
+        bench.Measurement("lab", "data", images=100, timing=Timing(1.0, [1.0])),
+        bench.Measurement("resident", "data", images=100, timing=Timing(0.01, [0.01])),
     ]
     assert bench.speedups(results)[("resident", "data")] == pytest.approx(100.0)
     assert "goal >= 100x: met" in bench.goal_lines(results)[0]
@@ -168,7 +169,7 @@ def _grid(step_ms: dict[int, float], images: int = 1024, busy: dict[int, float] 
     for b, ms in step_ms.items():
         batches = images // b
         s = ms * 1e-3 * batches
-        out[b] = bench.Measurement("", "cnn", images, s, [s * 0.99, s, s * 1.01], batches, (busy or {}).get(b))
+        out[b] = bench.Measurement("", "cnn", images, Timing(s, [s * 0.99, s, s * 1.01]), batches, (busy or {}).get(b))
     return out
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import bench, timing
-from helpers.timing import MIN_NOISE
+from helpers import bench, readings
+from helpers.readings import MIN_NOISE
 
 
 def around(seconds: float, spread: float = 0.02) -> list[float]:
@@ -23,33 +23,33 @@ def around(seconds: float, spread: float = 0.02) -> list[float]:
 
 
 def test_compare_calls_a_clear_speed_up_and_slow_down():
-    faster = timing.compare(around(2.0), around(1.0), MIN_NOISE)
+    faster = readings.compare(around(2.0), around(1.0), MIN_NOISE)
     assert faster.clear and faster.direction == "faster" and faster.speedup == pytest.approx(2.0)
-    slower = timing.compare(around(1.0), around(2.0), MIN_NOISE)
+    slower = readings.compare(around(1.0), around(2.0), MIN_NOISE)
     assert slower.clear and slower.direction == "slower" and slower.speedup == pytest.approx(0.5)
 
 
 def test_compare_within_the_spread_is_no_clear_difference():
     # medians 1.0 and 0.8 (1.25x apart), but the repeats overlap: noise alone could give that
-    c = timing.compare([0.7, 1.0, 1.4], [0.6, 0.8, 1.3], MIN_NOISE)
+    c = readings.compare([0.7, 1.0, 1.4], [0.6, 0.8, 1.3], MIN_NOISE)
     assert not c.clear and c.direction == "no clear difference"
     assert c.speedup == pytest.approx(1.25) and c.spread == pytest.approx(0.875)
     assert c.why_unclear == "inside the 88% spread of the repeats"
 
 
 def test_compare_ignores_a_tiny_difference_even_without_overlap():
-    tiny = timing.compare([1.02, 1.021], [1.00, 1.001], MIN_NOISE)  # 2% apart: below MIN_NOISE
+    tiny = readings.compare([1.02, 1.021], [1.00, 1.001], MIN_NOISE)  # 2% apart: below MIN_NOISE
     assert not tiny.clear and tiny.why_unclear == "less than the 5% below which no difference is called"
-    assert timing.compare([1.02, 1.021], [1.00, 1.001], min_noise=0.01).clear
-    assert timing.compare([1.02, 1.021], [1.00, 1.001]).kept  # lesson 08's rule: ranges alone
+    assert readings.compare([1.02, 1.021], [1.00, 1.001], min_noise=0.01).clear
+    assert readings.compare([1.02, 1.021], [1.00, 1.001]).kept  # lesson 08's rule: ranges alone
 
 
 @pytest.mark.parametrize("times", [[], [0.0, 1.0], [-1.0], [float("nan")], [float("inf")]])
 def test_compare_refuses_what_is_not_a_measurement(times):
     with pytest.raises(ValueError, match="positive, finite seconds"):
-        timing.compare([1.0], times)
+        readings.compare([1.0], times)
     with pytest.raises(ValueError, match="positive, finite seconds"):
-        timing.compare(times, [1.0])
+        readings.compare(times, [1.0])
 
 
 # --- batch_scaling: what bounds a training step ----------------------------------------------------------------
@@ -58,8 +58,8 @@ def test_compare_refuses_what_is_not_a_measurement(times):
 def test_flat_step_time_is_overhead_bound():
     # the course CNN on a large GPU: ~2.5 ms a step whatever the batch
     steps = {32: around(2.5e-3), 256: around(2.45e-3), 2048: around(2.6e-3)}
-    d = timing.batch_scaling(steps, label="cuda")
-    assert d.kind == timing.OVERHEAD_BOUND
+    d = readings.batch_scaling(steps, label="cuda")
+    assert d.kind == readings.OVERHEAD_BOUND
     assert d.sentence == (
         "cuda: step time stayed nearly flat: 2.5 ms a step at batch 32, 2.6 ms at batch 2048, 1.04x the time for 64x "
         "the images (less than the 5% below which no difference is called). Fixed costs per step (Python, dispatching "
@@ -69,49 +69,49 @@ def test_flat_step_time_is_overhead_bound():
 
 
 def test_proportional_step_time_is_compute_bound():
-    d = timing.batch_scaling({32: around(10e-3), 256: around(78e-3)}, label="cpu")
-    assert d.kind == timing.COMPUTE_BOUND
+    d = readings.batch_scaling({32: around(10e-3), 256: around(78e-3)}, label="cpu")
+    assert d.kind == readings.COMPUTE_BOUND
     assert d.sentence.startswith("cpu: step time grew about in proportion to the batch: 10.0 ms a step at batch 32")
     assert "7.80x the time for 8x the images. The arithmetic sets the pace" in d.sentence
 
 
 def test_step_time_between_flat_and_proportional_says_so():
-    d = timing.batch_scaling({32: around(10e-3), 256: around(35e-3)})
-    assert d.kind == timing.IN_BETWEEN
+    d = readings.batch_scaling({32: around(10e-3), 256: around(35e-3)})
+    assert d.kind == readings.IN_BETWEEN
     assert d.sentence.startswith("Step time grew, but less than the batch did: ")
     assert "part is arithmetic that grows with the batch" in d.sentence
 
 
 def test_step_time_growth_inside_the_noise_counts_as_flat():
     # medians 10 ms and 20 ms (2x for 8x the batch would read "in between"), but the repeats overlap
-    d = timing.batch_scaling({32: [5e-3, 10e-3, 25e-3], 256: [8e-3, 20e-3, 30e-3]})
-    assert d.kind == timing.OVERHEAD_BOUND
+    d = readings.batch_scaling({32: [5e-3, 10e-3, 25e-3], 256: [8e-3, 20e-3, 30e-3]})
+    assert d.kind == readings.OVERHEAD_BOUND
     assert "2.00x the time for 8x the images (inside the 200% spread of the repeats)" in d.sentence
 
 
 def test_step_time_too_noisy_to_tell_says_so():
     # 10 ms and 40 ms for 8x the batch, but the repeats overlap both "flat" and "in proportion"
-    d = timing.batch_scaling({32: [5e-3, 10e-3, 25e-3], 256: [20e-3, 40e-3, 90e-3]})
-    assert d.kind == timing.UNCLEAR
+    d = readings.batch_scaling({32: [5e-3, 10e-3, 25e-3], 256: [20e-3, 40e-3, 90e-3]})
+    assert d.kind == readings.UNCLEAR
     assert d.sentence.startswith("The repeats spread too widely to tell a flat step time from one in proportion")
     assert "fixed cost" not in d.sentence and "arithmetic" not in d.sentence
 
 
 def test_step_time_growth_inside_the_noise_of_proportional_is_compute_bound():
-    d = timing.batch_scaling({32: [9e-3, 10e-3, 11e-3], 256: [50e-3, 60e-3, 90e-3]})  # 6x: exponent 0.86
-    assert d.kind == timing.COMPUTE_BOUND
-    d = timing.batch_scaling({32: [9e-3, 10e-3, 11e-3], 256: [30e-3, 45e-3, 75e-3]})  # 4.5x, overlaps 8x
-    assert d.kind == timing.COMPUTE_BOUND
+    d = readings.batch_scaling({32: [9e-3, 10e-3, 11e-3], 256: [50e-3, 60e-3, 90e-3]})  # 6x: exponent 0.86
+    assert d.kind == readings.COMPUTE_BOUND
+    d = readings.batch_scaling({32: [9e-3, 10e-3, 11e-3], 256: [30e-3, 45e-3, 75e-3]})  # 4.5x, overlaps 8x
+    assert d.kind == readings.COMPUTE_BOUND
 
 
 def test_step_time_that_shrinks_is_not_called_flat():
-    d = timing.batch_scaling({32: around(10e-3), 256: around(5e-3)})
-    assert d.kind == timing.OVERHEAD_BOUND and "did not grow with the batch" in d.sentence
+    d = readings.batch_scaling({32: around(10e-3), 256: around(5e-3)})
+    assert d.kind == readings.OVERHEAD_BOUND and "did not grow with the batch" in d.sentence
 
 
 def test_batch_scaling_needs_two_batch_sizes():
     with pytest.raises(ValueError, match="two or more batch sizes"):
-        timing.batch_scaling({32: [1.0]})
+        readings.batch_scaling({32: [1.0]})
 
 
 def cnn_steps(device: str, busy: dict[int, float]) -> dict[str, dict[int, bench.Measurement]]:
@@ -119,7 +119,7 @@ def cnn_steps(device: str, busy: dict[int, float]) -> dict[str, dict[int, bench.
     grid = {}
     for size, seconds in {32: 1.95e-3, 2048: 2.0e-3}.items():
         times = around(seconds)
-        grid[size] = bench.Measurement("resident", "cnn", size, seconds, times, batches=1, busy=busy.get(size))
+        grid[size] = bench.Measurement("resident", "cnn", size, readings.Timing(seconds, times), 1, busy.get(size))
     return {device: grid}
 
 

@@ -7,6 +7,7 @@ import torch
 from exercises.checks import CHECKERS
 from helpers import bench
 from helpers.bench import Measurement
+from helpers.readings import Timing
 
 CPU = torch.device("cpu")
 
@@ -153,7 +154,7 @@ def test_resident_batches_checker_leaves_the_random_state_alone():
 
 def _measurement(pipeline: str, task: str, images_per_second: float) -> Measurement:
     seconds = 1000 / images_per_second
-    return Measurement(pipeline, task, 1000, seconds, [seconds * 0.99, seconds, seconds * 1.01], batches=10)
+    return Measurement(pipeline, task, 1000, Timing(seconds, [seconds * 0.99, seconds, seconds * 1.01]), batches=10)
 
 
 def fake_results() -> list[Measurement]:

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from exercises.checks import CHECKERS
-from exercises.lesson_09 import _SPREADS
-from helpers.speedrun import KEPT, SLOWER, verdict
+from exercises.lesson_09 import _SAID, _SPREADS
+from helpers.readings import keep_verdict
 
 TESTED = {"09_time_to_target", "09_keep_rule", "09_time_it_right", "09_flip_on_device"}
 
@@ -25,12 +25,12 @@ def time_to_target(history, target):
 
 
 def _keep_rule(before, after):
-    return {KEPT: "kept", SLOWER: "slower"}.get(verdict(before, after), "no clear difference")
+    return _SAID[keep_verdict(before, after)]
 
 
 @pytest.mark.parametrize(("before", "after", "expected"), _SPREADS)
-def test_the_keep_cases_agree_with_the_speedrun(before, after, expected):
-    assert _keep_rule(before, after) == expected
+def test_the_keep_cases_agree_with_the_ladder_rule(before, after, expected):
+    assert _keep_rule(before, after) == _SAID[expected]
 
 
 def test_time_to_target_reference(capsys):

@@ -94,12 +94,6 @@ def test_benchmark_wraps_torch_utils_benchmark():
     assert m.median > 0
 
 
-def test_format_seconds():
-    assert timing.format_seconds(0.25) == "250.0 ms"
-    assert timing.format_seconds(1.5e-5) == "15.0 us"
-    assert timing.format_seconds(3.0) == "3.0 s"
-
-
 def test_benchmark_synchronises_a_non_cpu_device_itself(monkeypatch):
     # torch.utils.benchmark syncs only the current accelerator (or only CUDA, on older releases): the wrapper syncs
     # the device it was given after every call.

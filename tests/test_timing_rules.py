@@ -1,4 +1,4 @@
-"""helpers.timing's reading rules, fed synthetic measurements: noise, launch-bound and compute-bound steps."""
+"""helpers.readings' rules, fed synthetic measurements: noise, launch-bound and compute-bound steps."""
 
 from __future__ import annotations
 
@@ -8,47 +8,47 @@ import pytest
 from fake_device import FakeDevice
 from torch.autograd import DeviceType
 
-from helpers import timing
+from helpers import readings, timing
 
 
-def t(*seconds: float) -> timing.Timing:
+def t(*seconds: float) -> readings.Timing:
     import statistics
 
-    return timing.Timing(statistics.median(seconds), list(seconds))
+    return readings.Timing(statistics.median(seconds), list(seconds))
 
 
 # compare: keep only beyond the spread of both measurements
 
 
 def test_faster_beyond_both_spreads_is_kept():
-    c = timing.compare(t(10.0, 10.5, 11.0), t(8.0, 8.2, 8.4))
-    assert c.verdict == timing.KEPT and c.kept
+    c = readings.compare(t(10.0, 10.5, 11.0), t(8.0, 8.2, 8.4))
+    assert c.verdict == readings.KEPT and c.kept
     assert c.speedup == pytest.approx(10.5 / 8.2)
 
 
 def test_slower_beyond_both_spreads_is_not_kept():
-    c = timing.compare(t(10.0, 10.5, 11.0), t(12.0, 12.5, 13.0))
-    assert c.verdict == timing.SLOWER and not c.kept
+    c = readings.compare(t(10.0, 10.5, 11.0), t(12.0, 12.5, 13.0))
+    assert c.verdict == readings.SLOWER and not c.kept
 
 
 @pytest.mark.parametrize("after", [(9.0, 9.5, 10.2), (10.8, 11.5, 12.0), (10.4, 10.5, 10.6)])
 def test_overlapping_ranges_are_no_clear_difference(after):
     # The median of the first is 9.5 (10% faster), yet one of its repeats was slower than the fastest before.
-    c = timing.compare(t(10.0, 10.5, 11.0), t(*after))
-    assert c.verdict == timing.NO_CLEAR_DIFFERENCE and not c.kept
+    c = readings.compare(t(10.0, 10.5, 11.0), t(*after))
+    assert c.verdict == readings.NO_CLEAR_DIFFERENCE and not c.kept
 
 
 def test_a_large_median_gain_inside_a_large_spread_is_not_kept():
     # 1.5x by the medians, but the slower step's range (3 to 12) covers the faster one's: noise could explain it.
-    c = timing.compare(t(3.0, 9.0, 12.0), t(5.0, 6.0, 7.0))
+    c = readings.compare(t(3.0, 9.0, 12.0), t(5.0, 6.0, 7.0))
     assert c.speedup == pytest.approx(1.5)
-    assert c.verdict == timing.NO_CLEAR_DIFFERENCE
+    assert c.verdict == readings.NO_CLEAR_DIFFERENCE
     assert "no clear difference" in str(c)
 
 
 def test_per_unit_times_compare_different_batch_sizes():
     # 64 images in 10 ms against 512 images in 40 ms: per image the second is 2x faster.
-    c = timing.compare(t(0.009, 0.010, 0.011).per(64), t(0.039, 0.040, 0.041).per(512))
+    c = readings.compare(t(0.009, 0.010, 0.011).per(64), t(0.039, 0.040, 0.041).per(512))
     assert c.kept and c.speedup == pytest.approx(2.0)
     with pytest.raises(ValueError, match="units"):
         t(1.0).per(0)
@@ -58,26 +58,26 @@ def test_per_unit_times_compare_different_batch_sizes():
 
 
 def test_launch_bound_when_the_steps_take_far_longer_than_the_device_works():
-    d = timing.launch_diagnosis(step_s=12.6e-3, device_s=1.2e-3)  # three steps of a small CNN on a fast GPU
-    assert d.kind == timing.LAUNCH_BOUND
+    d = readings.launch_diagnosis(step_s=12.6e-3, device_s=1.2e-3)  # three steps of a small CNN on a fast GPU
+    assert d.kind == readings.LAUNCH_BOUND
     assert "launch-bound" in d.sentence and "10%" in d.sentence
 
 
 def test_device_bound_when_the_device_is_busy():
-    d = timing.launch_diagnosis(step_s=10e-3, device_s=9.5e-3)
-    assert d.kind == timing.DEVICE_BOUND
+    d = readings.launch_diagnosis(step_s=10e-3, device_s=9.5e-3)
+    assert d.kind == readings.DEVICE_BOUND
 
 
 def test_partly_launch_bound_in_between():
-    assert timing.launch_diagnosis(step_s=10e-3, device_s=6e-3).kind == timing.PARTLY_LAUNCH_BOUND
+    assert readings.launch_diagnosis(step_s=10e-3, device_s=6e-3).kind == readings.PARTLY_LAUNCH_BOUND
 
 
 def test_no_device_timeline_on_a_cpu():
-    d = timing.launch_diagnosis(step_s=0.08, device_s=None)
-    assert d.kind == timing.NO_DEVICE_TIMELINE
+    d = readings.launch_diagnosis(step_s=0.08, device_s=None)
+    assert d.kind == readings.NO_DEVICE_TIMELINE
     assert "batch size" in d.sentence
     with pytest.raises(ValueError, match="step_s"):
-        timing.launch_diagnosis(0.0, 1.0)
+        readings.launch_diagnosis(0.0, 1.0)
 
 
 # batch_scaling: step time against batch size
@@ -85,30 +85,30 @@ def test_no_device_timeline_on_a_cpu():
 
 def test_flat_step_time_is_overhead_bound():
     # 2.5 ms at every batch size from 32 to 2048
-    d = timing.batch_scaling({32: t(2.4e-3, 2.5e-3, 2.6e-3), 2048: t(2.5e-3, 2.6e-3, 2.7e-3)})
-    assert d.kind == timing.OVERHEAD_BOUND
+    d = readings.batch_scaling({32: t(2.4e-3, 2.5e-3, 2.6e-3), 2048: t(2.5e-3, 2.6e-3, 2.7e-3)})
+    assert d.kind == readings.OVERHEAD_BOUND
 
 
 def test_proportional_step_time_is_compute_bound():
-    d = timing.batch_scaling({64: t(4e-3, 4.1e-3, 4.2e-3), 256: t(15e-3, 16e-3, 17e-3), 1024: t(62e-3, 64e-3, 66e-3)})
-    assert d.kind == timing.COMPUTE_BOUND
+    d = readings.batch_scaling({64: t(4e-3, 4.1e-3, 4.2e-3), 256: t(15e-3, 16e-3, 17e-3), 1024: t(62e-3, 64e-3, 66e-3)})
+    assert d.kind == readings.COMPUTE_BOUND
     assert "15.61x the time for 16x the images" in d.sentence
 
 
 def test_in_between():
-    d = timing.batch_scaling({64: t(9e-3, 10e-3, 11e-3), 1024: t(38e-3, 40e-3, 42e-3)})  # exponent 0.5
-    assert d.kind == timing.IN_BETWEEN
+    d = readings.batch_scaling({64: t(9e-3, 10e-3, 11e-3), 1024: t(38e-3, 40e-3, 42e-3)})  # exponent 0.5
+    assert d.kind == readings.IN_BETWEEN
 
 
 def test_growth_inside_the_noise_is_flat():
     # the medians grew 1.2x (exponent 0.13), but the repeats overlap: no measurable growth
-    d = timing.batch_scaling({64: t(4e-3, 5e-3, 6e-3), 256: t(5.5e-3, 6e-3, 7e-3)})
-    assert d.kind == timing.OVERHEAD_BOUND
+    d = readings.batch_scaling({64: t(4e-3, 5e-3, 6e-3), 256: t(5.5e-3, 6e-3, 7e-3)})
+    assert d.kind == readings.OVERHEAD_BOUND
 
 
 def test_batch_scaling_needs_two_sizes():
     with pytest.raises(ValueError, match="two or more batch sizes"):
-        timing.batch_scaling({64: t(1.0)})
+        readings.batch_scaling({64: t(1.0)})
 
 
 # time_on_device with a minimum repeat time
@@ -158,14 +158,14 @@ def test_profile_summary_on_a_gpu():
         ev("void sgemm_kernel", 0.0, 600.0, DeviceType.CUDA),
         ev("void conv_kernel", 0.0, 200.0, DeviceType.CUDA),
     ]
-    s = timing.profile_summary(events, device_timeline=True)
+    s = readings.profile_summary(events, device_timeline=True)
     assert s.cpu_side_s == pytest.approx(1300e-6)
     assert s.device_s == pytest.approx(800e-6)  # the 3 ms range is not counted
     assert [r.name for r in s.rows] == ["aten::addmm", "aten::convolution", "cudaLaunchKernel"]
     table = s.table()
     assert "75.0%" in table  # addmm's share of the device time
     assert "% device" in table
-    assert timing.launch_diagnosis(s.cpu_side_s, s.device_s).kind == timing.PARTLY_LAUNCH_BOUND
+    assert readings.launch_diagnosis(s.cpu_side_s, s.device_s).kind == readings.PARTLY_LAUNCH_BOUND
 
 
 def test_the_diagnosis_reads_the_steps_wall_time_not_the_cpu_time_of_every_thread():
@@ -180,17 +180,17 @@ def test_the_diagnosis_reads_the_steps_wall_time_not_the_cpu_time_of_every_threa
         ev("aten::convolution_backward", 7500.0, 6000.0, count=3),
         ev("void conv_kernel", 0.0, 7000.0, DeviceType.CUDA),
     ]
-    s = timing.profile_summary(events, device_timeline=True)
+    s = readings.profile_summary(events, device_timeline=True)
     assert s.cpu_side_s == pytest.approx(16.65e-3)
     assert s.step_s == pytest.approx(12e-3)
-    assert timing.launch_diagnosis(s.step_s, s.device_s).kind == timing.PARTLY_LAUNCH_BOUND
-    assert timing.launch_diagnosis(s.cpu_side_s, s.device_s).kind == timing.LAUNCH_BOUND  # what counting twice said
-    assert timing.profile_summary(events[3:], device_timeline=True).step_s is None  # no schedule, no steps
+    assert readings.launch_diagnosis(s.step_s, s.device_s).kind == readings.PARTLY_LAUNCH_BOUND
+    assert readings.launch_diagnosis(s.cpu_side_s, s.device_s).kind == readings.LAUNCH_BOUND  # what counting twice said
+    assert readings.profile_summary(events[3:], device_timeline=True).step_s is None  # no schedule, no steps
 
 
 def test_profile_summary_on_a_cpu_sorts_by_cpu_time_and_has_no_device_column():
     events = [ev("ProfilerStep#2", 50.0), ev("aten::mm", 100.0), ev("aten::mkldnn_convolution", 700.0)]
-    s = timing.profile_summary(events, device_timeline=False)
+    s = readings.profile_summary(events, device_timeline=False)
     assert s.device_s is None
     assert [r.name for r in s.rows] == ["aten::mkldnn_convolution", "aten::mm"]
     assert s.cpu_side_s == pytest.approx(850e-6)
@@ -202,7 +202,7 @@ def test_profile_summary_on_a_cpu_sorts_by_cpu_time_and_has_no_device_column():
 
 def test_every_share_is_at_most_the_whole():
     events = [ev(f"op{i}", 10.0 * i, 5.0 * i) for i in range(1, 6)] + [ev("k", 0.0, 75.0, DeviceType.CUDA)]
-    s = timing.profile_summary(events, device_timeline=True)
+    s = readings.profile_summary(events, device_timeline=True)
     assert sum(r.self_cpu_s for r in s.rows) <= s.cpu_side_s + 1e-12
     assert all(r.self_device_s <= s.device_s for r in s.rows)
 
@@ -210,19 +210,20 @@ def test_every_share_is_at_most_the_whole():
 def test_every_speed_verdict_in_the_course_comes_from_one_rule():
     import random
 
-
     rng = random.Random(7)
+    words = {readings.KEPT: "faster", readings.SLOWER: "slower", readings.NO_CLEAR_DIFFERENCE: "no clear difference"}
     for _ in range(200):
         before = [rng.uniform(1.0, 2.0) for _ in range(rng.randint(1, 5))]
         after = [rng.uniform(0.5, 2.5) for _ in range(rng.randint(1, 5))]
-        rule = timing.ranges_verdict(before, after)
-        assert timing.compare(before, after).direction == rule
-        assert timing.compare(t(*before), t(*after)).verdict == {"faster": timing.KEPT, "slower": timing.SLOWER}.get(
-            rule, timing.NO_CLEAR_DIFFERENCE
-        )
-        sentence = timing.speed_comparison("after", after, "before", before)
-        assert sentence.startswith("no clear difference") == (rule == timing.NO_CLEAR_DIFFERENCE)
-        assert timing.compare(before, after).clear == (rule != timing.NO_CLEAR_DIFFERENCE)
+        rule = readings.ranges_verdict(before, after)
+        assert readings.keep_verdict(before, after) is rule
+        assert readings.compare(before, after).verdict is rule
+        assert readings.compare(t(*before), t(*after)).verdict is rule
+        assert readings.compare(before, after).direction == words[rule]
+        sentence = readings.speed_comparison("after", after, "before", before)
+        assert sentence.startswith("no clear difference") == (rule is readings.NO_CLEAR_DIFFERENCE)
+        assert words[rule] in sentence
+        assert readings.compare(before, after).clear == (rule is not readings.NO_CLEAR_DIFFERENCE)
 
 
 def test_range_totals_come_from_the_cpu_side_entry_only():
@@ -237,9 +238,9 @@ def test_range_totals_come_from_the_cpu_side_entry_only():
         ev("aten::mm", 100.0, 600.0, cpu_total_us=120.0),
     ]
     for events in (cpu_first, cpu_first[::-1]):
-        s = timing.profile_summary(events, device_timeline=True)
+        s = readings.profile_summary(events, device_timeline=True)
         assert s.ranges_cpu_s == pytest.approx({"next batch": 300e-6, "train step": 9000e-6})
-    assert timing.profile_summary(cpu_first[:2], device_timeline=False).ranges_cpu_s == pytest.approx(
+    assert readings.profile_summary(cpu_first[:2], device_timeline=False).ranges_cpu_s == pytest.approx(
         {"next batch": 300e-6, "train step": 9000e-6}
     )
 
@@ -253,10 +254,10 @@ def test_kernel_launches_are_added_up_under_a_table_sorted_by_device_time():
         ev("cudaMemcpyAsync", 50.0, count=2),  # a copy, not a launch
         ev("void sgemm_kernel", 0.0, 600.0, DeviceType.CUDA),
     ]
-    s = timing.profile_summary(events, device_timeline=True)
+    s = readings.profile_summary(events, device_timeline=True)
     assert (s.launch_calls, s.launch_cpu_s) == (35, pytest.approx(500e-6))
     table = s.table(limit=2)
     assert "cudaLaunchKernel" not in table.split("CPU-side time")[0]  # no device time: not among the top rows
     assert "kernel launches (cudaLaunchKernel and the like): 35 calls, 500.0 us of self CPU time, 52.6% of" in table
-    on_cpu = timing.profile_summary([ev("aten::mm", 100.0), ev("aten::addmm", 50.0)], device_timeline=False)
+    on_cpu = readings.profile_summary([ev("aten::mm", 100.0), ev("aten::addmm", 50.0)], device_timeline=False)
     assert on_cpu.launch_calls == 0 and "kernel launches" not in on_cpu.table()

@@ -1,0 +1,23 @@
+"""helpers.text: how the course writes seconds, bytes and ratios."""
+
+from __future__ import annotations
+
+from helpers import text
+
+
+def test_format_seconds():
+    assert text.format_seconds(0.25) == "250.0 ms"
+    assert text.format_seconds(1.5e-5) == "15.0 us"
+    assert text.format_seconds(3.0) == "3.0 s"
+    assert text.format_seconds(4e-8) == "40 ns"
+
+
+def test_format_bytes():
+    assert text.format_bytes(512) == "512 B"
+    assert text.format_bytes(1536) == "1.5 KiB"
+    assert text.format_bytes(3 * 2**30) == "3.0 GiB"
+    assert text.format_bytes(-(2**20)) == "-1.0 MiB"
+
+
+def test_ratio_text_keeps_two_decimals_below_100():
+    assert [text.ratio_text(r) for r in (0.834, 12.5, 99.994, 300.64)] == ["0.83x", "12.50x", "99.99x", "300.6x"]

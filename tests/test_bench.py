@@ -14,6 +14,7 @@ from helpers.readings import Timing
 from tools import bench as cli
 
 
+@pytest.mark.slow
 def test_quick_run_prints_the_table(capsys):
     if not data.is_present("FashionMNIST") and not data.prepare_offline("FashionMNIST"):
         pytest.skip("Fashion-MNIST is not available offline on this machine")

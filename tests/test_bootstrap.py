@@ -36,6 +36,8 @@ import torch
 import helpers
 from tools import course, launch
 
+pytestmark = pytest.mark.slow  # builds virtual environments and executes a lesson in them
+
 ROOT = Path(__file__).resolve().parent.parent
 HIDDEN = ("helpers", "exercises", "pytorch_gpu_course_helpers", "__editable__", "__pycache__")
 URL = launch.repository_url(ROOT / "pyproject.toml")

@@ -209,6 +209,7 @@ SAVER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.name != "posix", reason="sends SIGINT")
 def test_ctrl_c_during_a_real_save(tmp_path):
     path = tmp_path / "c.pt"

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 CI = ROOT / ".ci" / "run"
 
@@ -20,6 +22,7 @@ def readme_block() -> list[str]:
     return [line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
 
+@pytest.mark.slow
 def test_ci_reads_the_readmes_two_commands_from_the_readme() -> None:
     script = CI.read_text(encoding="utf-8")
     reader = re.search(r"<<'PY'\n(.*?)\nPY\n", script, flags=re.S).group(1)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the runner started by a bare Python, or stopped while torch imports
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

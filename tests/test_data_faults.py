@@ -80,6 +80,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_two_processes_prepare_the_data_at_once(tmp_path):
     source = fake_source(tmp_path / "debian", scale=100)  # 24 MB unpacked: the two unpackings overlap
     root, go = tmp_path / "data", tmp_path / "go"

@@ -27,6 +27,7 @@ def _report(result) -> str:
     return f"exit code {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}"
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one_process_on_the_global_batch(tmp_path: Path) -> None:
     args = ["--device", "cpu", "--epochs", "2", "--synthetic-size", "256", "--batch-size", "16", "--check-equivalence"]
     result = parallel.torchrun(2, [*args, "--out", str(tmp_path)], timeout=180)
@@ -44,6 +45,7 @@ def test_two_processes_equal_one_process_on_the_global_batch(tmp_path: Path) -> 
     build_model("mlp").load_state_dict(state["model"])
 
 
+@pytest.mark.slow
 def test_ten_launches_in_a_row_all_succeed(tmp_path: Path) -> None:
     start = time.perf_counter()
     for attempt in range(10):
@@ -53,6 +55,7 @@ def test_ten_launches_in_a_row_all_succeed(tmp_path: Path) -> None:
     print(f"10 launches in {time.perf_counter() - start:.1f} s")
 
 
+@pytest.mark.slow
 def test_a_failing_rank_ends_the_job_with_an_error(tmp_path: Path) -> None:
     start = time.perf_counter()
     result = parallel.torchrun(2, [*QUICK, "--out", str(tmp_path), "--fail-rank", "1", "--timeout", "30"], timeout=120)
@@ -76,6 +79,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists threads through /proc (Linux)")
 def test_the_process_group_is_gone_before_the_interpreter_shuts_down(tmp_path: Path, monkeypatch) -> None:
     # The cause of an abort at exit now and then (exit -6 after training had finished): gloo's worker threads were
@@ -105,6 +109,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_a_timed_out_launch_leaves_no_worker_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "sleeper.py").write_text(SLEEPER)  # a worker that never finishes
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
@@ -160,6 +165,7 @@ def test_root_cause_without_a_report() -> None:
     assert parallel.root_cause("all good") == []
 
 
+@pytest.mark.slow
 def test_load_data_reads_images_as_normalised_tensors() -> None:
     try:
         train, test = single_train.load_data(ddp_train.parse_args(["--dataset", "FashionMNIST", "--limit", "100"]))

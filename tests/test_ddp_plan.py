@@ -86,6 +86,7 @@ def test_launch_refuses_a_fail_rank_outside_the_job_before_starting_anything(mon
             parallel.torchrun(2, args)
 
 
+@pytest.mark.slow
 def test_torchrun_with_a_fail_rank_outside_the_job_says_so_once_and_fails(tmp_path: Path) -> None:
     # What a user types: torchrun --standalone --nproc_per_node=2 -m helpers.ddp_train --fail-rank 5
     out = tmp_path / "out"
@@ -102,6 +103,7 @@ def test_torchrun_with_a_fail_rank_outside_the_job_says_so_once_and_fails(tmp_pa
     print(f"refused in {time.perf_counter() - start:.1f} s")
 
 
+@pytest.mark.slow
 def test_the_script_alone_refuses_a_negative_fail_rank_with_one_message() -> None:
     run = subprocess.run(
         [sys.executable, "-m", "helpers.ddp_train", "--fail-rank", "-3"], capture_output=True, text=True, cwd=ROOT

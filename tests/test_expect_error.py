@@ -67,6 +67,7 @@ def test_keyboard_interrupt_is_not_swallowed():
         raise KeyboardInterrupt
 
 
+@pytest.mark.slow
 def test_the_line_shown_is_the_blocks_own_line_when_the_error_comes_from_deeper_code(tmp_path):
     script = tmp_path / "cell.py"
     script.write_text(

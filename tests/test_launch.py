@@ -144,6 +144,7 @@ def test_bootstrap_is_plain_python_and_names_the_ref_and_the_version() -> None:
     assert max(len(line) for line in text.splitlines()) <= 120  # ruff's line length for notebooks
 
 
+@pytest.mark.slow
 def test_bootstrap_does_nothing_where_helpers_is_installed(tmp_path: Path) -> None:
     # A source that cannot be installed: if the bootstrap tried to install, pip would fail loudly.
     env = {**_clean_env(), launch.ENV_SOURCE: str(tmp_path / "no-such-checkout")}

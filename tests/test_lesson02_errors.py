@@ -91,6 +91,7 @@ def test_every_error_cell_uses_expect_error_with_its_type(committed):
         assert any(src.strip() == line for src in source.splitlines()), f"{cell_id} no longer has the line {line!r}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cell_id", sorted(EXPECTED))
 def test_the_error_is_raised_for_real_and_shown(lesson02, cell_id):
     kind, line = EXPECTED[cell_id]
@@ -104,11 +105,13 @@ def test_the_error_is_raised_for_real_and_shown(lesson02, cell_id):
         assert MISMATCH.search(message), message
 
 
+@pytest.mark.slow
 def test_no_cell_of_a_fresh_run_has_an_error_output(lesson02):
     outputs = {cell.get("id"): cell.get("outputs", []) for cell in lesson02.cells}
     assert [cell_id for cell_id, outs in outputs.items() if any(o.get("output_type") == "error" for o in outs)] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cell_id", sorted(GPU_ONLY))
 def test_what_no_stand_in_models_is_raised_on_a_gpu_and_skipped_without_one(lesson02, cell_id):
     kinds, line, words = GPU_ONLY[cell_id]
@@ -125,6 +128,7 @@ def test_what_no_stand_in_models_is_raised_on_a_gpu_and_skipped_without_one(less
     assert _stdout(cell).strip() == FAKE_ORIGIN
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cell_id", sorted(set(EXPECTED) - {"err-index-out-of-range"}))
 def test_each_error_says_whether_it_was_real_or_a_stand_in(lesson02, cell_id):
     expected = META_ORIGIN if cell_id == "err-numpy" else FAKE_ORIGIN

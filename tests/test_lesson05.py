@@ -8,6 +8,8 @@ import pytest
 
 from helpers.lesson import RECORD_MIME
 
+pytestmark = pytest.mark.slow  # reads lesson 05 as executed in this test run
+
 HEADLINE = re.compile(
     r"(?P<dataset>\w+) test accuracy \(CNN, \d+ epochs?\): (?P<acc>\d+\.\d+)% "
     r"\(reloaded on the CPU: (?P<cpu>\d+\.\d+)%\)"

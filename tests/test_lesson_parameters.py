@@ -182,6 +182,7 @@ def test_jupyter_shows_the_message_alone_without_a_traceback(capsys):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.notebooks
 def test_in_a_notebook_run_the_error_is_one_line_and_the_runner_names_it(tmp_path):
     folder = tmp_path / "nbs"

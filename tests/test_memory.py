@@ -66,6 +66,7 @@ def test_cache_is_cleared_after_every_try():
     assert cleared == list(range(1, len(result.tried) + 1))
 
 
+@pytest.mark.slow
 def test_default_clear_runs_on_cpu():
     assert memory.largest_batch_size(FakeStep(limit=10), 64).largest == 10
 

@@ -29,6 +29,7 @@ def test_lint(path: Path) -> None:
     assert lint(nbformat.read(path, as_version=4)) == []
 
 
+@pytest.mark.slow
 @pytest.mark.notebooks
 @pytest.mark.parametrize("prefix", IDS)
 def test_executes_in_quick_mode(prefix: str, executed_notebook) -> None:

@@ -170,6 +170,7 @@ except mp.ProcessExitedException as error:
 """
 
 
+@pytest.mark.slow
 def test_after_waiting_the_spawn_failure_names_process_0_every_time() -> None:
     # Lesson 07's mp.spawn demo: without waiting, the report named process 0 or 1, whichever exit was seen first.
     reports = [

@@ -47,6 +47,7 @@ def _lesson01_scripts() -> tuple[str, str]:
     return report, ast.literal_eval(late.left) + report
 
 
+@pytest.mark.slow
 def test_lesson01_children_report_what_they_measured():
     report, too_late = _lesson01_scripts()
     assert too_late.index("is_available()") < too_late.index('os.environ["CUDA_VISIBLE_DEVICES"] = ""')

@@ -44,6 +44,7 @@ SMOKE = "smoke_widgets_figures_errors.ipynb"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.notebooks,
     pytest.mark.skipif(os.environ.get("COURSE_BROWSER") != "1", reason="browser test: set COURSE_BROWSER=1"),
 ]

@@ -32,9 +32,12 @@ SCREENSHOTS = ROOT / "build" / "screenshots"
 BADGE_HOSTS = ("colab.research.google.com", "kaggle.com", "www.kaggle.com")
 LESSONS = [p.stem for p in course.find_notebooks(ROOT / "notebooks")]
 
-pytestmark = pytest.mark.skipif(
-    __import__("os").environ.get("COURSE_BROWSER") != "1", reason="browser test: set COURSE_BROWSER=1"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        __import__("os").environ.get("COURSE_BROWSER") != "1", reason="browser test: set COURSE_BROWSER=1"
+    ),
+]
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torchvision
+from filelock import FileLock  # a dependency of torch itself
 from torchvision import transforms
 
 ENV_DATA_DIR = "COURSE_DATA_DIR"
@@ -144,27 +145,19 @@ def _writable(folder: Path, root: str | os.PathLike | None) -> None:
 
 @contextlib.contextmanager
 def _preparation_lock(name: str, root: str | os.PathLike | None) -> Iterator[None]:
-    """Hold an exclusive lock on ``<root>/<name>/.prepare.lock`` while this process writes the data files."""
+    """Hold an exclusive lock on ``<root>/<name>/.prepare.lock`` while this process writes the data files; another
+    process that wants to write them waits. The OS releases the lock when its holder ends, even when killed."""
     folder = data_dir(root) / canonical_name(name)
     _writable(folder, root)
-    lock_path = folder / ".prepare.lock"
+    lock = FileLock(folder / ".prepare.lock")
     try:
-        import fcntl
-    except ImportError:  # Windows: the filelock package (a dependency of torch) locks with msvcrt there
-        from filelock import FileLock
-
-        with FileLock(lock_path):
-            yield
-        return
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as exc:
+        lock.acquire()
+    except OSError as exc:  # the lock file cannot be created: no permission, a read-only file system
         raise _unusable_root(root, exc, folder) from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)  # releases the lock, as the OS does when a killed holder dies: it never blocks the next run
+        lock.release()
 
 
 def _unpack(source_gz: Path, target: Path, root: str | os.PathLike | None) -> None:
@@ -227,6 +220,22 @@ def _missing_message(name: str, root: Path, reason: str) -> str:
     )
 
 
+def _download(name: str, root: str | os.PathLike | None, train: bool) -> dict[Path, str]:
+    """Download ``name`` into the data root unless another process has meanwhile; what is wrong with its files after.
+    Files missing or cut short may be another process's download under way: the lock waits for it to end."""
+    with _preparation_lock(name, root):
+        problems = file_problems(name, root)
+        if problems and all(p == "missing" for p in problems.values()):
+            quiet = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+                    DATASETS[name]["cls"](root=str(data_dir(root)), train=train, download=True)
+            except Exception as exc:  # torchvision raises RuntimeError or URLError depending on where it fails
+                reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                raise DatasetUnavailableError(_missing_message(name, data_dir(root), reason)) from None
+    return file_problems(name, root)  # a download can end early
+
+
 def standard_transform(name: str) -> transforms.Compose:
     """ToTensor then Normalize with the dataset's own mean and standard deviation."""
     stats = DATASETS[canonical_name(name)]
@@ -256,19 +265,16 @@ def load_dataset(
     if not is_present(name, root):
         prepare_offline(name, given)
     problems = file_problems(name, root)
-    if problems and all(p == "missing" for p in problems.values()):
-        if not download:
-            raise DatasetUnavailableError(_missing_message(name, root, "download=False"))
-        with _preparation_lock(name, given):  # one download at a time into one folder
-            if not is_present(name, root):
-                quiet = io.StringIO()
-                try:
-                    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-                        cls(root=str(root), train=train, download=True)
-                except Exception as exc:  # torchvision raises RuntimeError or URLError depending on where it fails
-                    reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-                    raise DatasetUnavailableError(_missing_message(name, root, reason)) from None
-        problems = file_problems(name, root)  # a download can end early
+    missing = bool(problems) and all(p == "missing" for p in problems.values())
+    if missing and not download:
+        raise DatasetUnavailableError(_missing_message(name, root, "download=False"))
+    if problems and download:
+        try:
+            problems = _download(name, given, train)
+        except DataDirError:
+            if missing:
+                raise
+            # Damaged files in a folder this process cannot write to: named below, with the fix.
     if problems:
         files = "\n".join(f"    {path}: {problem}" for path, problem in problems.items())
         raise DamagedDataError(

@@ -11,7 +11,6 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -52,28 +51,21 @@ def synthetic_data(size: int, image_seed: int, teacher_seed: int) -> TensorDatas
 
 
 def load_data(args: argparse.Namespace) -> tuple[TensorDataset, TensorDataset]:
-    """Train and test sets as tensors (faster to index than images to decode). Files missing: a lock file lets one
-    process download (or unpack) while the others wait for it, then find the files."""
+    """Train and test sets as tensors (faster to index than images to decode). Files missing: helpers.data lets one
+    process download (or unpack) them while the others wait, then find them."""
     if args.dataset.lower() == "synthetic":
         train = synthetic_data(args.synthetic_size, args.seed, args.seed)
         return train, synthetic_data(max(args.synthetic_size // 4, 1), args.seed + 1, args.seed)  # same teacher
-    from filelock import FileLock  # a dependency of torch itself
-
-    from helpers.data import canonical_name, data_dir, is_present, load_dataset
+    from helpers.data import load_dataset
     from helpers.transfer import DeviceResidentLoader
 
-    name, root = canonical_name(args.dataset), data_dir(args.data_dir)
-    present = is_present(name, root)  # then nothing is written: the folder may even be read-only
-    if not present:
-        root.mkdir(parents=True, exist_ok=True)
     sets = []
-    with nullcontext() if present else FileLock(root / f".{name}.lock"):
-        for train, limit in ((True, args.limit), (False, args.limit // 5)):
-            raw = load_dataset(name, train=train, root=args.data_dir, verbose=False)
-            # The loader converts the uint8 images as the dataset's own transform would (ToTensor, then Normalize).
-            converted = DeviceResidentLoader.from_dataset(raw, "cpu", shuffle=False, seed=0)
-            X, y = converted.images, converted.labels  # (N, 1, 28, 28) float32, (N,) int64
-            sets.append(TensorDataset(X[:limit], y[:limit]) if limit > 0 else TensorDataset(X, y))
+    for train, limit in ((True, args.limit), (False, args.limit // 5)):
+        raw = load_dataset(args.dataset, train=train, root=args.data_dir, verbose=False)
+        # The loader converts the uint8 images as the dataset's own transform would (ToTensor, then Normalize).
+        converted = DeviceResidentLoader.from_dataset(raw, "cpu", shuffle=False, seed=0)
+        X, y = converted.images, converted.labels  # (N, 1, 28, 28) float32, (N,) int64
+        sets.append(TensorDataset(X[:limit], y[:limit]) if limit > 0 else TensorDataset(X, y))
     return sets[0], sets[1]
 
 

@@ -1,7 +1,12 @@
-"""Shared fixtures for tests/ and for the nbval run over notebooks/, and the ``slow`` marker of the fast test loop.
+"""Shared set-up for tests/ and for the nbval run over notebooks/: the checked environment, and executed lessons.
 
-Importing this sets the environment the committed notebook outputs were produced with (the course runner's
---write-back settings), so nbval's kernels and the papermill runs check the same thing.
+``pytest_configure`` sets the environment the committed notebook outputs were produced with (the course runner's
+--write-back settings, ``course.CHECK_ENV``) for the whole session, and ``pytest_unconfigure`` puts back what was
+there before. nbval's kernels and any runner started by a test inherit it, so they check the same thing.
+
+Every lesson is executed once per test run: the tests that read an executed lesson (the ``executed_notebook``
+fixture) read the outputs nbval's own run produced, and run after it. Only where nbval did not run that whole
+notebook in this session (``pytest tests/test_lesson05.py`` alone) does the fixture execute it with the course runner.
 
 ``pytest -m "not slow"`` is the maintainer's fast loop: it leaves out every nbval cell (marked here) and every test
 marked ``@pytest.mark.slow`` in its own file: those that start processes (torchrun, mp.spawn, the runner, a Python that
@@ -11,47 +16,123 @@ command, and CI) still runs everything.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable
 from pathlib import Path
 
-# Idle OpenMP threads sleep instead of spinning: with several processes on a 2-core machine (kernels, DDP ranks),
-# spinning threads slowed training steps more than tenfold in measurements. Set before torch is first imported.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-import nbformat  # noqa: E402
-import pytest  # noqa: E402
-
-from tools import course  # noqa: E402
+import pytest
 
 ROOT = Path(__file__).resolve().parent
-os.environ.update(course.CHECK_ENV)
+EXECUTED = "executed_notebook"
+"""The fixture that hands a test an executed lesson; the tests that request it run after the nbval cells."""
+
+_saved_env: dict[str, str | None] = {}
+_nbval_outputs: dict[Path, dict[int, list | None]] = {}
+"""Per notebook nbval executed in this session: each code cell's number (0, 1, ...) and its fresh outputs, or None
+for a cell whose item started but never reached the kernel (a dead kernel)."""
+
+
+def _set_env(name: str, value: str, *, override: bool = True) -> None:
+    if name not in _saved_env:
+        _saved_env[name] = os.environ.get(name)
+    if override or name not in os.environ:
+        os.environ[name] = value
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Set the checked environment before any test module, kernel or child process starts."""
+    # Idle OpenMP threads sleep instead of spinning: with several processes on a 2-core machine (kernels, DDP ranks),
+    # spinning threads slowed training steps more than tenfold in measurements. OpenMP reads it when torch loads, so
+    # this comes before the import below, the first of torch in this process.
+    _set_env("OMP_WAIT_POLICY", "PASSIVE", override=False)
+    from tools import course
+
+    for name, value in course.CHECK_ENV.items():
+        _set_env(name, value)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Put the environment back as it was before ``pytest_configure``."""
+    for name, value in _saved_env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    _saved_env.clear()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every nbval cell ``slow``; every other slow test carries ``@pytest.mark.slow`` in its own file."""
+    """Mark every nbval cell ``slow``, and move the tests that read an executed lesson after the nbval cells."""
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.slow)
+    readers = [item for item in items if EXECUTED in getattr(item, "fixturenames", ())]
+    unmarked = [item.nodeid for item in readers if item.get_closest_marker("slow") is None]
+    if unmarked:
+        raise pytest.UsageError(f"these tests execute a lesson but are not marked slow: {', '.join(unmarked)}")
+    items[:] = [item for item in items if EXECUTED not in getattr(item, "fixturenames", ())] + readers
+
+
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> None:
+    """Keep the outputs of each nbval cell's fresh run, for the ``executed_notebook`` fixture."""
+    if call.when != "call" or item.path.suffix != ".ipynb" or not hasattr(item, "cell_num"):
+        return
+    outputs = getattr(item, "test_outputs", None)  # nbval's outputs of this run, an error output included
+    _nbval_outputs.setdefault(item.path, {})[item.cell_num] = None if outputs is None else list(outputs)
+
+
+def _nbval_run(path: Path):
+    """``path`` as nbval executed it in this session (its fresh outputs in every code cell), or None if nbval did
+    not execute every code cell of it."""
+    import nbformat
+
+    ran = _nbval_outputs.get(path, {})
+    nb = nbformat.read(path, as_version=4)
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    if set(ran) != set(range(len(code))):
+        return None
+    for number, cell in enumerate(code):
+        outputs = ran[number]
+        cell.outputs = [] if outputs is None else copy.deepcopy(outputs)
+        cell.execution_count = None if outputs is None else number + 1
+    return nb
 
 
 @pytest.fixture(scope="session")
-def executed_notebook() -> Callable[[str], nbformat.NotebookNode]:
-    """``executed_notebook("05")``: notebooks/05_*.ipynb run once per session by the course runner, or a failure."""
-    cache: dict[Path, course.Result] = {}
-    output_dir = ROOT / "build" / "test-executed"
-    output_dir.mkdir(parents=True, exist_ok=True)
+def executed_notebook() -> Callable[[str], object]:
+    """``executed_notebook("05")``: notebooks/05_*.ipynb executed in this session, or a failure.
 
-    def get(prefix: str) -> nbformat.NotebookNode:
+    nbval's run when nbval executed the whole notebook before the test (the README's test command); otherwise the
+    course runner executes it once for the session. Either way with the checked environment, in quick mode.
+    """
+    import nbformat
+
+    from tools import course
+
+    cache: dict[Path, object] = {}
+    output_dir = ROOT / "build" / "test-executed"
+
+    def get(prefix: str):
         paths = course.find_notebooks(ROOT / "notebooks", prefix)
         if len(paths) != 1:
             pytest.fail(f"Expected one notebook starting with {prefix!r}, found {[p.name for p in paths]}")
         path = paths[0]
         if path not in cache:
-            cache[path] = course.run_notebook(path, output_dir, timeout=600)
-        result = cache[path]
-        if result.status != "passed":
-            pytest.fail(f"{path.name} failed: {result.error}", pytrace=False)
-        return nbformat.read(output_dir / path.name, as_version=4)
+            nb = _nbval_run(path)
+            if nb is not None:
+                unrun = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.execution_count is None]
+                error = course.first_error(nb) or (f"cell {unrun[0]} never ran" if unrun else None)
+                cache[path] = (error, nb, "nbval's run")
+            else:
+                output_dir.mkdir(parents=True, exist_ok=True)
+                result = course.run_notebook(path, output_dir, timeout=600)
+                nb = nbformat.read(output_dir / path.name, as_version=4) if result.status == "passed" else None
+                cache[path] = (None if nb else result.error, nb, "the course runner's run")
+        error, nb, source = cache[path]
+        if error:
+            pytest.fail(f"{path.name} failed in {source}: {error}", pytrace=False)
+        return nb
 
     return get

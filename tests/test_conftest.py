@@ -1,0 +1,190 @@
+"""conftest.py: the checked environment is set by pytest's hooks (not on import) and put back after, nbval's kernels
+get it, and each lesson is executed once per test run: a test that reads an executed lesson reads nbval's run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tools import course
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _fresh_conftest() -> ModuleType:
+    """A new module object run from conftest.py, apart from the one pytest loaded for this session."""
+    spec = importlib.util.spec_from_file_location("fresh_conftest", ROOT / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_importing_the_conftest_leaves_the_environment_alone() -> None:
+    before = dict(os.environ)
+    _fresh_conftest()
+    assert dict(os.environ) == before
+
+
+def test_this_session_runs_with_the_checked_environment() -> None:
+    assert {name: os.environ.get(name) for name in course.CHECK_ENV} == course.CHECK_ENV
+    assert os.environ.get("OMP_WAIT_POLICY")
+
+
+@pytest.mark.parametrize("omp", [None, "ACTIVE"])
+def test_configure_sets_the_environment_and_unconfigure_puts_it_back(monkeypatch, omp) -> None:
+    name, value = next(iter(course.CHECK_ENV.items()))
+    monkeypatch.setenv(name, f"not {value}")
+    for other in list(course.CHECK_ENV)[1:]:
+        monkeypatch.delenv(other, raising=False)
+    if omp is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", omp)
+    before = dict(os.environ)
+    conftest = _fresh_conftest()
+    conftest.pytest_configure(None)
+    assert {n: os.environ.get(n) for n in course.CHECK_ENV} == course.CHECK_ENV  # the checked settings win
+    assert os.environ["OMP_WAIT_POLICY"] == (omp or "PASSIVE")  # a value already set is kept
+    conftest.pytest_unconfigure(None)
+    assert dict(os.environ) == before
+
+
+def _notebook(cells: list[tuple[str, str]]) -> str:
+    """A notebook whose code cells hold ``source`` with committed stdout ``text``, numbered 1, 2, ..."""
+    return json.dumps(
+        {
+            "cells": [
+                {
+                    "cell_type": "code",
+                    "execution_count": i,
+                    "id": f"c{i}",
+                    "metadata": {},
+                    "outputs": [{"name": "stdout", "output_type": "stream", "text": text}] if text else [],
+                    "source": source,
+                }
+                for i, (source, text) in enumerate(cells, 1)
+            ],
+            "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        }
+    )
+
+
+COUNT = "open('runs.txt', 'a').write('x')\n"
+"""A cell line that counts the notebook's executions in a file beside it."""
+
+READER = """
+import pytest
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prefix", ["00", "01"])
+def test_reads(executed_notebook, prefix):
+    nb = executed_notebook(prefix)
+    assert nb.cells[1].outputs[0]["text"] == "4\\n"
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A course in miniature: this conftest.py, a lesson that runs, a lesson that raises, a test reading both."""
+    shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\ntestpaths = tests notebooks\naddopts = -v -rA -p no:cacheprovider --nbval --nbval-current-env\n"
+        "markers =\n    slow: slow\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "notebooks").mkdir()
+    env = f"import os; print(*(os.environ.get(n) for n in {(*course.CHECK_ENV, 'OMP_WAIT_POLICY')!r}))"
+    checked = " ".join([*course.CHECK_ENV.values(), "PASSIVE"]) + "\n"
+    (tmp_path / "notebooks" / "00_runs.ipynb").write_text(
+        _notebook([(COUNT + env, checked), ("print(2 + 2)", "4\n")]), encoding="utf-8"
+    )
+    (tmp_path / "notebooks" / "01_raises.ipynb").write_text(
+        _notebook([(COUNT + "1 / 0", ""), ("print(2 + 2)", "4\n")]), encoding="utf-8"
+    )
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_reader.py").write_text(READER, encoding="utf-8")
+    return tmp_path
+
+
+def _pytest(project: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for name in (*course.CHECK_ENV, "OMP_WAIT_POLICY"):
+        env.pop(name, None)  # the inner session sets them itself
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *args], cwd=project, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def _runs(project: Path) -> int:
+    """How many times the project's lessons have been executed, all together."""
+    runs = project / "notebooks" / "runs.txt"
+    return runs.read_text().count("x") if runs.exists() else 0
+
+
+@pytest.mark.slow
+def test_a_lesson_read_by_a_test_is_executed_once_by_nbval_and_the_runner_only_without_it(project: Path) -> None:
+    done = _pytest(project)
+    out = done.stdout
+    ran = dict(reversed(r) for r in re.findall(r"^(PASSED|FAILED) (\S+(?: \d+)?)", out, re.MULTILINE))  # -rA
+    assert ran == {
+        "notebooks/00_runs.ipynb::Cell 0": "PASSED",  # its output is the checked environment, as nbval compared
+        "notebooks/00_runs.ipynb::Cell 1": "PASSED",
+        "notebooks/01_raises.ipynb::Cell 0": "FAILED",
+        "notebooks/01_raises.ipynb::Cell 1": "PASSED",
+        "tests/test_reader.py::test_reads[00]": "PASSED",
+        "tests/test_reader.py::test_reads[01]": "FAILED",
+    }, out
+    in_order = re.findall(r"^(\S.*?) (?:PASSED|FAILED) +\[", out, re.MULTILINE)  # -v: one line a test, as it ran
+    assert len(in_order) == 6 and in_order[-2:] == [
+        "tests/test_reader.py::test_reads[00]",
+        "tests/test_reader.py::test_reads[01]",
+    ]
+    assert "01_raises.ipynb failed in nbval's run: cell 0 (In [1]) raised ZeroDivisionError" in out, out
+    assert _runs(project) == 2  # one run of each lesson, both by nbval
+    assert not (project / "build").exists()  # the course runner executed nothing
+
+    alone = _pytest(project, "tests/test_reader.py", "-k", "00")
+    assert "PASSED tests/test_reader.py::test_reads[00]" in alone.stdout, alone.stdout
+    assert _runs(project) == 3  # without nbval's run, the runner executes the lesson
+    assert (project / "build" / "test-executed" / "00_runs.ipynb").is_file()
+
+
+class _Item:
+    """What ``pytest_collection_modifyitems`` reads of a collected test."""
+
+    def __init__(self, nodeid: str, fixtures: tuple[str, ...] = (), slow: bool = False) -> None:
+        self.nodeid, self.path, self.fixturenames = nodeid, Path(nodeid.split("::")[0]), fixtures
+        self.markers = ["slow"] if slow else []
+
+    def add_marker(self, mark: pytest.MarkDecorator) -> None:
+        self.markers.append(mark.name)
+
+    def get_closest_marker(self, name: str) -> str | None:
+        return name if name in self.markers else None
+
+
+def test_nbval_cells_are_marked_slow_and_lesson_readers_move_after_them() -> None:
+    reader = _Item("tests/test_a.py::test_reads", ("tmp_path", "executed_notebook"), slow=True)
+    unit = _Item("tests/test_a.py::test_unit", ("tmp_path",))
+    cell = _Item("notebooks/00_a.ipynb::Cell 0")
+    items = [reader, unit, cell]
+    _fresh_conftest().pytest_collection_modifyitems(None, items)
+    assert items == [unit, cell, reader]
+    assert cell.markers == ["slow"] and unit.markers == []
+
+
+def test_a_test_that_reads_a_lesson_must_be_marked_slow() -> None:
+    items = [_Item("tests/test_a.py::test_reads", ("executed_notebook",)), _Item("tests/test_a.py::test_unit")]
+    with pytest.raises(pytest.UsageError, match=r"not marked slow: tests/test_a.py::test_reads$"):
+        _fresh_conftest().pytest_collection_modifyitems(None, items)

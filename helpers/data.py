@@ -207,6 +207,19 @@ def prepare_offline(name: str, root: str | os.PathLike | None = None, source: st
     return True
 
 
+def downloadable(name: str, timeout: float = 5.0) -> bool:
+    """Whether the first download mirror of ``name`` answers within ``timeout`` seconds."""
+    import urllib.request
+
+    cls = DATASETS[canonical_name(name)]["cls"]
+    url = cls.mirrors[0] + cls.resources[0][0]
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+            return True
+    except Exception:  # no network, DNS failure, HTTP error: all mean "not from here"
+        return False
+
+
 def _missing_message(name: str, root: Path, reason: str) -> str:
     folder = raw_dir(name, root)
     files = "\n".join(f"    {folder / f}" for f in RAW_FILES)

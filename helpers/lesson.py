@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import linecache
-import math
-import numbers
 import os
 import random
 import re
@@ -19,7 +17,8 @@ from typing import Any
 
 import torch
 
-from helpers import devices
+from helpers import arguments, devices
+from helpers.arguments import parse_flag
 from helpers.data import ENV_DATASET, canonical_name
 from helpers.text import format_rows as format_rows  # the course's table printer, under its old name too
 
@@ -45,25 +44,8 @@ class Settings:
     params: dict[str, Any] = field(default_factory=dict, hash=False)
 
 
-TRUE_WORDS = ("1", "true", "yes", "on")
-FALSE_WORDS = ("0", "false", "no", "off")
 FIX = "Change it in the parameters cell, then run the notebook again from the top."
-YES_NO = "True or False (or one of the strings 1/0, true/false, yes/no, on/off, in any case)"
-
-
-def parse_flag(value: object) -> bool | None:
-    """True or False for a yes/no value (a bool, 0 or 1, or a word such as "yes" or "off"); None if it is neither."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, numbers.Integral) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str):
-        word = value.strip().lower()
-        if word in TRUE_WORDS:
-            return True
-        if word in FALSE_WORDS:
-            return False
-    return None
+YES_NO = arguments.flag.allowed
 
 
 def env_flag(name: str) -> bool:
@@ -80,37 +62,12 @@ def env_flag(name: str) -> bool:
     return flag
 
 
-def _positive_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
-
-
-def _positive_number(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-
-
-def _positive_ints(value: object) -> bool:
-    return isinstance(value, (list, tuple)) and len(value) > 0 and all(_positive_int(v) for v in value)
-
-
-def as_fraction(value: object) -> float | None:
-    """An accuracy as a fraction: 0.88, 88, "88" or "88%" -> 0.88; None outside (0, 1), or (1, 100) as a percentage."""
-    text = "" if isinstance(value, bool) else str(value).strip()
-    try:
-        number = float(text.removesuffix("%"))
-    except ValueError:
-        return None
-    if not math.isfinite(number) or not (0 < number < 1 and not text.endswith("%") or 1 < number < 100):
-        return None
-    return number if number < 1 else number / 100
-
-
-_KINDS = {
-    "positive int": (_positive_int, "a whole number of at least 1, such as {example}"),
-    "positive number": (_positive_number, "a number greater than 0, such as {example}"),
-    "positive ints": (_positive_ints, "a non-empty list of whole numbers of at least 1, such as {example}"),
-    "bool": (lambda v: parse_flag(v) is not None, YES_NO),
-    "accuracy": (lambda v: v is None or as_fraction(v) is not None,
-                 "None (the lesson's default), a fraction in (0, 1) such as {example}, or a percentage in (1, 100)"),
+_KINDS: dict[str, arguments.Kind] = {
+    "positive int": arguments.positive_int,
+    "positive number": arguments.positive_number,
+    "positive ints": arguments.positive_ints,
+    "bool": arguments.flag,
+    "accuracy": arguments.accuracy,
 }
 
 PARAMETERS: dict[str, tuple[str, object]] = {
@@ -120,27 +77,31 @@ PARAMETERS: dict[str, tuple[str, object]] = {
     "large_batch": ("positive int", 512),
     "lr": ("positive number", 0.01),
     "timing_batches": ("positive ints", [512, 4096]),
-    "compile": ("bool", True),
-    "target": ("accuracy", 0.88),
+    "compile": ("bool", None),
+    "target": ("accuracy", None),
     "runs": ("positive int", 3),
 }
-"""Keyword parameters ``start`` checks: name -> (kind, example); messages use the capitals of the parameters cell."""
+"""Keyword parameters ``start`` checks: name -> (kind, example or None where the kind's words give one); messages use
+the capitals of the parameters cell."""
 
 
 def check_parameter(name: str, value: object) -> object:
-    """``value`` if it is allowed for the lesson parameter ``name`` (booleans as True/False), else ParameterError."""
+    """``value`` if it is allowed for the lesson parameter ``name`` (booleans as True/False, accuracies as fractions),
+    else ParameterError naming what is allowed (in ``helpers.arguments``' words, as the command lines say it)."""
     if name not in PARAMETERS:
         raise TypeError(f"lesson.start() got an unknown parameter {name!r}; it knows {', '.join(PARAMETERS)}.")
     kind, example = PARAMETERS[name]
-    test, allowed = _KINDS[kind]
-    if not test(value):
-        shown = name.upper()
-        raise ParameterError(
-            f"{shown} = {value!r} is not allowed: {shown} must be {allowed.format(example=example)}. {FIX}"
-        )
-    if kind == "accuracy":
-        return None if value is None else as_fraction(value)
-    return parse_flag(value) if kind == "bool" else value
+    if kind == "accuracy" and value is None:
+        return None  # the lesson's own default
+    try:
+        return _KINDS[kind].check(value)
+    except ValueError:
+        shown, allowed = name.upper(), _KINDS[kind].allowed
+        if kind == "accuracy":
+            allowed = f"None (the lesson's default), {allowed}"
+        elif example is not None:
+            allowed += f", such as {example}"
+        raise ParameterError(f"{shown} = {value!r} is not allowed: {shown} must be {allowed}. {FIX}") from None
 
 
 def _emit(text: str, record: dict) -> None:

@@ -17,8 +17,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from helpers import arguments
 from helpers.checkpoints import save_checkpoint
-from helpers.models import build_model
+from helpers.models import MODELS, build_model
 from helpers.training import evaluate
 
 SUMMARY_FILE = "summary.json"
@@ -26,20 +27,36 @@ CHECKPOINT_FILE = "checkpoint.pt"
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
-    """The options of both scripts; every default runs in seconds on a CPU."""
+    """The options of both scripts, each checked as it is read; every default runs in seconds on a CPU."""
     p = argparse.ArgumentParser(prog=prog, description=description)
-    p.add_argument("--dataset", default="synthetic", help="synthetic, MNIST or FashionMNIST (default: synthetic)")
-    p.add_argument("--data-dir", default=None, help="data root (default: $COURSE_DATA_DIR, else data/ in the clone)")
-    p.add_argument("--limit", type=int, default=0, help="use only the first N training images (0: all)")
-    p.add_argument("--synthetic-size", type=int, default=512, help="images in the synthetic training set")
-    p.add_argument("--model", default="mlp", help="linear, mlp or cnn (helpers.models)")
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=32, help="per process; the global batch is this times N")
-    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--dataset", type=arguments.argtype(dataset_name), default="synthetic",
+                   help="synthetic, MNIST or FashionMNIST (default: synthetic)")
+    p.add_argument("--data-dir", type=arguments.data_folder, default=None,
+                   help="data root (default: $COURSE_DATA_DIR, else data/ in the clone)")
+    p.add_argument("--limit", type=arguments.count, default=0, help="use only the first N training images (0: all)")
+    p.add_argument("--synthetic-size", type=arguments.positive_int, default=512,
+                   help="images in the synthetic training set")
+    p.add_argument("--model", type=str.lower, default="mlp", choices=MODELS, help="linear, mlp or cnn (helpers.models)")
+    p.add_argument("--epochs", type=arguments.positive_int, default=2)
+    p.add_argument("--batch-size", type=arguments.positive_int, default=32,
+                   help="per process; the global batch is this times N")
+    p.add_argument("--lr", type=arguments.positive_number, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="checkpoints/ddp", help="folder for the checkpoint and summary (rank 0)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="auto: a GPU if there is one")
     return p
+
+
+def dataset_name(text: str) -> str:
+    """The name for ``--dataset``: synthetic, or a dataset helpers.data loads (its canonical name); else ValueError."""
+    if text.strip().lower() == "synthetic":
+        return "synthetic"
+    from helpers.data import DATASETS, canonical_name
+
+    try:
+        return canonical_name(text)
+    except ValueError:
+        raise ValueError(f"Unknown dataset {text!r}. Choose one of: synthetic, {', '.join(DATASETS)}.") from None
 
 
 def synthetic_data(size: int, image_seed: int, teacher_seed: int) -> TensorDataset:

@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import devices
-from helpers.lesson import as_fraction, format_rows
+from helpers import arguments, devices
+from helpers.lesson import format_rows
 from helpers.timing import KEPT, NO_CLEAR_DIFFERENCE, SLOWER, compare, format_seconds
 
 
@@ -684,24 +684,6 @@ def load_data(dataset: str, quick: bool, verbose: bool = False) -> Data:
     return Data(train, test, canonical_name(dataset))
 
 
-def parse_target(text: str) -> float:
-    """'0.88', '88' or '88%' -> 0.88 (the rule of ``lesson.as_fraction``); anything else is refused."""
-    if (value := as_fraction(text)) is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a target accuracy: give a fraction in (0, 1) such as 0.88, "
-                                         "or a percentage in (1, 100) such as 88 or 88%")
-    return value
-
-
-def _runs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of runs: give a whole number of at least 1")
-    return value
-
-
 def hardware(device: torch.device) -> dict[str, Any]:
     """What the figures were measured on."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
@@ -712,15 +694,18 @@ def hardware(device: torch.device) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m helpers.speedrun``: run the ladder, print the table, optionally write JSON."""
+    from helpers.data import DatasetUnavailableError, canonical_name
+
     parser = argparse.ArgumentParser(prog="python -m helpers.speedrun", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N or mps")
     defaults = "; ".join(f"{name} {plan.target:.0%}" + (f" (stretch {plan.stretch:.0%})" if plan.stretch else "")
                          + f", quick mode {plan.quick_target:.0%}" for name, plan in DATASETS.items())
-    parser.add_argument("--target", type=parse_target, default=None,
+    parser.add_argument("--target", type=arguments.accuracy, default=None,
                         help=f"test accuracy to reach: 0.88 or 88 (default: the dataset's own: {defaults})"
                         .replace("%", "%%"))
-    parser.add_argument("--runs", type=_runs, default=3, help="seeds per rung (default 3)")
-    parser.add_argument("--dataset", default="FashionMNIST", help="FashionMNIST (default) or MNIST")
+    parser.add_argument("--runs", type=arguments.positive_int, default=3, help="seeds per rung (default 3)")
+    parser.add_argument("--dataset", type=arguments.argtype(canonical_name), default="FashionMNIST",
+                        help="FashionMNIST (default) or MNIST")
     parser.add_argument("--quick", action="store_true", help="a small subset and small models: seconds on a CPU")
     parser.add_argument("--json", metavar="PATH", help="write the hardware, versions, date and every figure here")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -729,12 +714,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         device = devices.pick_device(args.device)
     except (ValueError, devices.DeviceUnavailableError) as exc:
         parser.error(f"--device {args.device}: {exc}")
-    from helpers.data import DatasetUnavailableError, canonical_name
-
-    try:
-        dataset = canonical_name(args.dataset)
-    except ValueError as exc:
-        parser.error(f"--dataset: {exc}")
+    dataset = args.dataset
     target = args.target if args.target is not None else default_target(dataset, args.quick)
     try:
         data = load_data(dataset, args.quick)

@@ -19,12 +19,13 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # a child process imports torch
 def test_negative_subset_is_refused_before_anything_runs():
     done = run_cli("--subset", "-5", "--device", "cpu", "--dataset", "FashionMNIST")
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and done.stdout == ""
     assert done.stderr.splitlines()[-1] == (
-        "python -m tools.bench: error: argument --subset: --subset must be at least 1, got -5"
+        "python -m tools.bench: error: argument --subset: '-5' is not allowed: give a whole number of at least 1"
     )
 
 
@@ -45,10 +46,11 @@ def test_a_file_given_as_data_dir_is_refused(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--subset", "0"], "argument --subset: --subset must be at least 1, got 0"),
-        (["--subset", "ten"], "argument --subset: --subset must be a whole number, got 'ten'"),
+        (["--subset", "0"], "argument --subset: '0' is not allowed: give a whole number of at least 1"),
+        (["--subset", "ten"], "argument --subset: 'ten' is not allowed: give a whole number of at least 1"),
         (["--dataset", "cifar"], "argument --dataset: Unknown dataset 'cifar'. Choose one of: MNIST, FashionMNIST."),
-        (["--batch-size", "0"], "--repeats and --batch-size must be at least 1; --batches and --workers at least 0."),
+        (["--batch-size", "0"], "argument --batch-size: '0' is not allowed: give a whole number of at least 1"),
+        (["--workers", "-1"], "argument --workers: '-1' is not allowed: give a whole number of at least 0"),
     ],
 )
 def test_bad_values_name_the_allowed_ones(argv, message, capsys):

@@ -11,6 +11,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
+from helpers.lesson import RECORD_MIME
 from tools import course
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +40,7 @@ def test_find_notebooks_filters_by_prefix_and_pattern(tmp_path):
 
 def test_records_and_errors():
     nb = _notebook("a", "b", "c")
-    nb.cells[0].outputs = [new_output("display_data", data={course.RECORD_MIME: {"device": "cpu"}, "text/plain": "x"})]
+    nb.cells[0].outputs = [new_output("display_data", data={RECORD_MIME: {"device": "cpu"}, "text/plain": "x"})]
     nb.cells[1].outputs = [new_output("stream", name="stderr", text="line 1: b\nValueError: shown by expect_error\n")]
     assert course.records(nb) == [{"device": "cpu"}]
     assert course.first_error(nb) is None
@@ -82,6 +83,7 @@ def test_format_table_aligns_columns():
     assert len({line.index("status") if "status" in line else 20 for line in lines}) == 1
 
 
+@pytest.mark.slow  # the runner as a child process
 @pytest.mark.notebooks
 def test_runner_reports_failures_and_runs_the_rest(tmp_path):
     folder = tmp_path / "nbs"
@@ -112,6 +114,7 @@ def test_runner_reports_failures_and_runs_the_rest(tmp_path):
     assert (folder / "01_bad.ipynb").read_text() == before_bad
 
 
+@pytest.mark.slow  # the runner as a child process
 def test_unavailable_device_is_refused_before_any_lesson_starts(tmp_path):
     out = _run_cli("run", "--quick", "--only", "00", "--no-progress", "--output", str(tmp_path / "out"),
                    env={"COURSE_DEVICE": "cuda:99"})
@@ -122,6 +125,7 @@ def test_unavailable_device_is_refused_before_any_lesson_starts(tmp_path):
     assert not (tmp_path / "out").exists(), "nothing may run"
 
 
+@pytest.mark.slow  # the runner as a child process
 def test_write_back_refuses_a_dataset_other_than_the_checked_one(tmp_path):
     out = _run_cli("run", "--write-back", "--dataset", "MNIST", "--no-progress", "--output", str(tmp_path / "out"))
     assert out.returncode == 2
@@ -130,6 +134,7 @@ def test_write_back_refuses_a_dataset_other_than_the_checked_one(tmp_path):
     assert not list(tmp_path.iterdir()), "nothing may run"
 
 
+@pytest.mark.slow  # the runner as a child process
 def test_bad_pattern_is_an_error(tmp_path):
     out = _run_cli("run", "--only", "99", "--no-progress", "--output", str(tmp_path / "out"))
     assert out.returncode == 2 and "--only '99' matches no notebook" in out.stderr

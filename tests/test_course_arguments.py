@@ -73,8 +73,11 @@ def test_a_timeout_that_is_not_a_positive_number_is_refused(capsys, lessons, tmp
 
 
 def test_an_unknown_dataset_is_refused_before_starting(capsys, lessons, tmp_path):
-    err = _refused(capsys, tmp_path / "out", "--notebooks", str(lessons), "--dataset", "CIFAR")
-    assert err.strip() == "--dataset CIFAR: Unknown dataset 'CIFAR'. Choose one of: MNIST, FashionMNIST."
+    with pytest.raises(SystemExit) as exit_:
+        course.main(["run", "--notebooks", str(lessons), "--output", str(tmp_path / "out"), "--dataset", "CIFAR"])
+    assert exit_.value.code == 2 and not (tmp_path / "out").exists()
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith("error: argument --dataset: Unknown dataset 'CIFAR'. Choose one of: MNIST, FashionMNIST.")
 
 
 def test_an_unknown_dataset_in_the_environment_is_named(capsys, lessons, tmp_path, monkeypatch):
@@ -99,6 +102,7 @@ def test_auto_and_cpu_are_always_usable():
     assert course._device_problem("cpu") is None and course._device_problem("cpu:1") is not None
 
 
+@pytest.mark.slow  # a child process checks the device
 def test_an_unavailable_device_is_refused_before_starting(capsys, lessons, tmp_path):
     err = _refused(capsys, tmp_path / "out", "--notebooks", str(lessons), "--device", "cuda:99")
     assert err.startswith("--device cuda:99 cannot be used here:\n")

@@ -1,4 +1,4 @@
-"""tools.course.stop_child_processes: ends what a notebook started, however deep and in whatever session, and
+"""tools.execute.stop_child_processes: ends what a notebook started, however deep and in whatever session, and
 nothing else."""
 
 from __future__ import annotations
@@ -8,8 +8,11 @@ import sys
 import time
 
 import psutil
+import pytest
 
-from tools import course
+from tools import execute
+
+pytestmark = pytest.mark.slow  # process trees with grace periods
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 PARENT = (
@@ -30,7 +33,7 @@ def _alive(pid: int) -> bool:
 def test_the_tree_is_ended_and_the_kept_process_is_not():
     kept = subprocess.Popen(SLEEP)
     try:
-        keep = course.child_pids()
+        keep = execute.child_pids()
         assert kept.pid in keep
         parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
         grandchild = int(parent.stdout.readline())
@@ -47,7 +50,7 @@ def test_the_tree_is_ended_and_the_kept_process_is_not():
         )
         assert stubborn.stdout.readline().strip() == "ready"
         began = time.monotonic()
-        assert course.stop_child_processes(keep=keep, grace=1.0) == 3
+        assert execute.stop_child_processes(keep=keep, grace=1.0) == 3
         assert time.monotonic() - began < 10
         parent.wait(timeout=10)
         stubborn.wait(timeout=10)

@@ -16,10 +16,10 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from tools import course
+from tools import course, execute
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.notebooks  # each test starts the runner and a kernel: about ten seconds
+pytestmark = [pytest.mark.notebooks, pytest.mark.slow]  # each test starts the runner and a kernel: about ten seconds
 
 SPAWN = """\
 import os, pathlib, subprocess, sys, time
@@ -132,4 +132,4 @@ def test_a_second_run_on_the_same_output_refuses_and_leaves_the_first_alone(less
     assert first.returncode == 143
     # once the first run has ended, the folder is free again: the lock ends with the process that held it
     with course.output_lock(output):
-        assert (output / course.LOCK_NAME).read_text().strip() == str(os.getpid())
+        assert (output / execute.LOCK_NAME).read_text().strip() == str(os.getpid())

@@ -114,6 +114,7 @@ def test_without_cuda_it_refuses_at_once_with_one_line(monkeypatch, capsys, tmp_
     )
 
 
+@pytest.mark.slow  # children import torch
 def test_this_machine_without_cuda_is_refused_by_the_command(tmp_path: Path) -> None:
     import torch
 
@@ -160,6 +161,7 @@ def _lessons(folder: Path, *codes: str) -> Path:
     return folder
 
 
+@pytest.mark.slow  # executes notebooks
 def test_with_a_gpu_everything_lands_in_one_folder_and_a_failure_exits_1(monkeypatch, capsys, tmp_path) -> None:
     """A faked GPU, two lessons that need none (the second fails, and has a 'GPU section'), no speedrun."""
     monkeypatch.setattr(gpu_check, "cuda_probe", lambda: {"available": True, "torch": "2.11.0", "cuda": "13.0",
@@ -194,7 +196,7 @@ def test_a_step_past_the_budget_is_not_run_and_fails_the_check(monkeypatch, caps
         import time
 
         time.sleep(0.3)
-        return gpu_check.Outcome(step, "passed", 0.3)
+        return course.Result(step.title, "passed", 0.3)
 
     monkeypatch.setattr(gpu_check, "_run_lesson", fake_lesson)
     folder = _lessons(tmp_path / "nbs", "print(1)", "print(2)")
@@ -210,6 +212,7 @@ def test_a_step_past_the_budget_is_not_run_and_fails_the_check(monkeypatch, caps
 WRITE_RECORD = "import json, sys; json.dump({'summary': 'rung 3 fastest'}, open(sys.argv[2], 'w')); print('ladder')"
 
 
+@pytest.mark.slow  # three child processes
 def test_a_speedrun_step_gives_its_records_summary_or_its_last_line(tmp_path: Path) -> None:
     def step(code: str) -> gpu_check.Step:
         command = (sys.executable, "-c", code, "--json", str(tmp_path / "speedrun-88.json"))

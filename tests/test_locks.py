@@ -1,8 +1,9 @@
-"""The data folder's lock (filelock): data being downloaded by one process is waited for by the others, never taken
-for damaged; a killed holder blocks no one."""
+"""The course's file locks (filelock): a course run's output folder belongs to one run at a time, and data being
+downloaded by one process is waited for by the others, never taken for damaged; a killed holder blocks no one."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -14,8 +15,20 @@ import pytest
 import torchvision
 
 from helpers import data
+from tools import execute
 
 ROOT = Path(__file__).resolve().parent.parent
+
+HOLD_OUTPUT = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from tools import execute
+    with execute.output_lock(Path(sys.argv[1])):
+        print("held", flush=True)
+        time.sleep(120)
+    """
+)
 
 
 def _start(code: str, *args: str) -> subprocess.Popen:
@@ -23,6 +36,31 @@ def _start(code: str, *args: str) -> subprocess.Popen:
     child = subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "held"
     return child
+
+
+@pytest.mark.slow  # a child process
+def test_a_second_run_on_an_output_folder_is_refused_until_the_first_ends(tmp_path):
+    folder = tmp_path / "out"
+    child = _start(HOLD_OUTPUT, str(folder))
+    try:
+        with pytest.raises(execute.UsageError) as info, execute.output_lock(folder):
+            pytest.fail("two runs held one output folder")
+        assert str(info.value) == (
+            f"Another course run (process {child.pid}) is writing to {folder}. Wait for it to finish, or give this "
+            "run a folder of its own with --output."
+        )
+    finally:
+        child.send_signal(signal.SIGKILL)  # no clean-up: the OS alone releases the lock
+        child.wait(timeout=30)
+    with execute.output_lock(folder):
+        assert (folder / execute.LOCK_NAME).read_text().strip() == str(os.getpid())
+
+
+def test_an_output_folder_that_cannot_be_made_names_the_option(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(execute.UsageError) as info, execute.output_lock(tmp_path / "notes.txt" / "out"):
+        pytest.fail("an output folder inside a file was used")
+    assert str(info.value).startswith(f"--output {tmp_path / 'notes.txt' / 'out'}: cannot write there (")
 
 
 SLOW_DOWNLOAD = textwrap.dedent(

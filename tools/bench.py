@@ -9,64 +9,41 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from torch.utils.data import Subset
 
-from helpers import data, devices
+from helpers import arguments, data, devices
 from helpers.bench import absent_rows, findings, format_table, goal_lines, run_benchmark
-
-
-def _positive(what: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a whole number, got {text!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{what} must be at least 1, got {value}")
-        return value
-
-    return parse
-
-
-def _dataset(text: str) -> str:
-    try:
-        return data.canonical_name(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _folder(text: str) -> str:
-    path = Path(text).expanduser()
-    if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(
-            f"{text} is a file, not a folder; give the folder that holds (or will hold) the data sets, e.g. ./data"
-        )
-    return text
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", help="device to run on (default: auto, as pick_device chooses)")
     parser.add_argument(
-        "--dataset", default="MNIST", type=_dataset, help="MNIST (default) or FashionMNIST (available offline)"
+        "--dataset",
+        default="MNIST",
+        type=arguments.argtype(data.canonical_name),
+        help="MNIST (default) or FashionMNIST (available offline)",
     )
     parser.add_argument("--quick", action="store_true", help="a short run: 30 batches per measurement")
-    parser.add_argument("--batches", type=int, help="batches per timed run (default 200, 30 with --quick; 0: an epoch)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per figure; the median is reported")
-    parser.add_argument("--workers", type=int, default=2, help="DataLoader worker processes (default 2)")
-    parser.add_argument("--batch-size", type=int, default=128, help="images per batch (default 128, as in the lab)")
     parser.add_argument(
-        "--subset", type=_positive("--subset"), help="use only the first N training images, N >= 1 (for tests)"
+        "--batches", type=arguments.count, help="batches per timed run (default 200, 30 with --quick; 0: an epoch)"
     )
-    parser.add_argument("--data-dir", type=_folder, help=f"data folder (default ${data.ENV_DATA_DIR} or ./data)")
-    args = parser.parse_args(argv)
-    if args.repeats < 1 or args.workers < 0 or args.batch_size < 1 or (args.batches or 0) < 0:
-        parser.error("--repeats and --batch-size must be at least 1; --batches and --workers at least 0.")
-    return args
+    parser.add_argument(
+        "--repeats", type=arguments.positive_int, default=3, help="timed runs per figure; the median is reported"
+    )
+    parser.add_argument("--workers", type=arguments.count, default=2, help="DataLoader worker processes (default 2)")
+    parser.add_argument(
+        "--batch-size", type=arguments.positive_int, default=128, help="images per batch (default 128, as in the lab)"
+    )
+    parser.add_argument(
+        "--subset", type=arguments.positive_int, help="use only the first N training images, N >= 1 (for tests)"
+    )
+    parser.add_argument(
+        "--data-dir", type=arguments.data_folder, help=f"data folder (default ${data.ENV_DATA_DIR} or ./data)"
+    )
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,8 +30,21 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from helpers import arguments
+from tools.execute import (
+    Result,
+    Signals,
+    UsageError,
+    child_pids,
+    fall_back_to_offline_data,
+    format_table,
+    output_lock,
+    run_notebook,
+    stop_child_processes,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -209,27 +222,12 @@ def _environment(values: Sequence[tuple[str, str | None]]) -> Iterator[None]:
                 os.environ[name] = value
 
 
-@dataclass
-class Outcome:
-    """What one step gave: the runner's result for a lesson, or the speedrun's."""
-
-    step: Step
-    status: str = "not run"
-    seconds: float = 0.0
-    device: str = "-"
-    headline: str = "-"
-    error: str = ""
-    files: list[str] = field(default_factory=list)
-
-
-def _run_speedrun(step: Step, output: Path, timeout: float, stop: Callable[[], int | None]) -> Outcome:
-    from tools import course
-
-    outcome = Outcome(step)
+def _run_speedrun(step: Step, output: Path, timeout: float, stop: Callable[[], int | None]) -> Result:
+    result = Result(step.title)
     log = output / f"{step.title}.log"
     record = Path(step.command[step.command.index("--json") + 1])
     record.unlink(missing_ok=True)
-    others = course.child_pids()
+    others = child_pids()
     start = time.perf_counter()
     with open(log, "w", encoding="utf-8") as out:
         process = subprocess.Popen(step.command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -242,42 +240,43 @@ def _run_speedrun(step: Step, output: Path, timeout: float, stop: Callable[[], i
             elif time.perf_counter() - start > timeout:
                 stopped = f"timed out after {timeout:g} s"
             if stopped:
-                course.stop_child_processes(keep=others)
+                stop_child_processes(keep=others)
                 process.wait()
                 break
-    outcome.seconds = time.perf_counter() - start
-    outcome.device = "cuda"
-    outcome.files = [log.name] + ([record.name] if record.exists() else [])
+    result.seconds = time.perf_counter() - start
+    result.device = "cuda"
+    result.files = [log.name] + ([record.name] if record.exists() else [])
     if stopped:
-        outcome.status = "interrupted" if stopped.startswith("stopped") else stopped
-        outcome.error = stopped
+        result.status = "interrupted" if stopped.startswith("stopped") else stopped
+        result.error = stopped
     elif process.returncode != 0 or not record.exists():
         lines = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
-        outcome.status = "FAILED"
-        outcome.error = f"exit status {process.returncode}: {lines[-1] if lines else 'no output'}"
+        result.status = "FAILED"
+        result.error = f"exit status {process.returncode}: {lines[-1] if lines else 'no output'}"
     else:
-        outcome.status = "passed"
-        outcome.headline = str(json.loads(record.read_text(encoding="utf-8")).get("summary", "-"))
-    return outcome
+        result.status = "passed"
+        result.headline = str(json.loads(record.read_text(encoding="utf-8")).get("summary", "-"))
+    return result
 
 
-def _run_lesson(step: Step, folder: Path, output: Path, timeout: float, stop: Callable[[], int | None]) -> Outcome:
-    from tools import course
-
+def _run_lesson(step: Step, folder: Path, output: Path, timeout: float, stop: Callable[[], int | None]) -> Result:
     target = output / step.folder
     target.mkdir(parents=True, exist_ok=True)
     with _environment(step.env):
-        result = course.run_notebook(folder / step.notebook, target, timeout, stop)
-    files = [f"{step.folder}/{p.name}" for p in (target / step.notebook, (target / step.notebook).with_suffix(".log"))
-             if p.exists()]
-    return Outcome(step, result.status, result.seconds, result.device, result.headline, result.error, files)
+        result = run_notebook(folder / step.notebook, target, timeout, stop)
+    result.name = step.title
+    result.files = [f"{step.folder}/{p.name}" for p in (target / step.notebook,
+                                                        (target / step.notebook).with_suffix(".log")) if p.exists()]
+    return result
 
 
-def summary(probe: dict, outcomes: Sequence[Outcome], dataset: str | None, budget: float, wall: float) -> str:
+def summary(
+    probe: dict, outcomes: Sequence[tuple[Step, Result]], dataset: str | None, budget: float, wall: float
+) -> str:
     """SUMMARY.md: the machine, then every step's status, mode, seconds and headline, then what went wrong."""
     from helpers.lesson import format_rows
 
-    failed = [o for o in outcomes if o.status != "passed"]
+    failed = [(step, r) for step, r in outcomes if r.status != "passed"]
     lines = [
         "# GPU check",
         "",
@@ -293,20 +292,20 @@ def summary(probe: dict, outcomes: Sequence[Outcome], dataset: str | None, budge
         "",
     ]
     sections = [
-        ("Lessons on CUDA (DEVICE = \"auto\")", lambda o: o.step.notebook and o.step.device == "cuda"),
-        ("Lessons again with COURSE_DEVICE=cpu", lambda o: o.step.notebook and o.step.device == "cpu"),
-        ("Speedrun", lambda o: not o.step.notebook),
+        ("Lessons on CUDA (DEVICE = \"auto\")", lambda step: step.notebook and step.device == "cuda"),
+        ("Lessons again with COURSE_DEVICE=cpu", lambda step: step.notebook and step.device == "cpu"),
+        ("Speedrun", lambda step: not step.notebook),
     ]
     for title, chosen in sections:
         rows = [("step", "status", "mode", "seconds", "device", "headline", "why this mode")]
-        rows += [(o.step.title, o.status, o.step.mode, f"{o.seconds:.1f}", o.device, o.headline, o.step.reason)
-                 for o in outcomes if chosen(o)]
+        rows += [(step.title, r.status, step.mode, f"{r.seconds:.1f}", r.device, r.headline, step.reason)
+                 for step, r in outcomes if chosen(step)]
         table = ["```", format_rows(rows, right=[3]), "```"] if len(rows) > 1 else ["None in this plan."]
         lines += [f"## {title}", "", *table, ""]
     if failed:
         lines += ["## What did not pass", ""]
-        lines += [f"- {o.step.title} ({o.step.device}): {o.status}" + (f": {o.error}" if o.error else "")
-                  for o in failed]
+        lines += [f"- {step.title} ({step.device}): {r.status}" + (f": {r.error}" if r.error else "")
+                  for step, r in failed]
         lines.append("")
     return "\n".join(lines)
 
@@ -336,15 +335,14 @@ def check(args: argparse.Namespace) -> int:
             "--download-wheels DIR` fetches where there is internet (README, For maintainers)."
         )
     from helpers import data
-    from tools import course
 
     dataset = args.dataset
     if dataset is None and not os.environ.get(ENV_DATASET):
-        course._fall_back_to_offline_data()  # MNIST out of reach but Fashion-MNIST here: the runner's own choice
+        fall_back_to_offline_data()  # MNIST out of reach but Fashion-MNIST here: the runner's own choice
     dataset = dataset or os.environ.get(ENV_DATASET) or None
     for name in dict.fromkeys([dataset or "MNIST", SPEEDRUN_DATASET]):
         offline = name == "FashionMNIST" and data.DEBIAN_FASHION_MNIST.is_dir()
-        if not (data.is_present(name) or offline or course._downloadable(name)):
+        if not (data.is_present(name) or offline or data.downloadable(name)):
             return _refuse(
                 f"{name} is not in the data folder ({data.data_dir()}) and cannot be downloaded here: unpack it into "
                 f"a folder and point {data.ENV_DATA_DIR} at it" + (", or pass --dataset FashionMNIST." if name ==
@@ -355,56 +353,53 @@ def check(args: argparse.Namespace) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     start = time.perf_counter()
     outcomes = []
-    with course._Signals() as signals:
+    with Signals() as signals:
         try:
-            with course.output_lock(output):
+            with output_lock(output):
                 print(format_plan(steps), flush=True)
                 for step in steps:
                     left = args.budget - (time.perf_counter() - start)
                     if signals.received or left < 10:
-                        outcome = Outcome(step, error="" if signals.received else "the budget was spent before it")
-                        outcomes.append(outcome)
+                        why = "" if signals.received else "the budget was spent before it"
+                        outcomes.append((step, Result(step.title, error=why)))
                         continue
                     timeout = min(step.timeout, left)
                     if step.notebook:
-                        outcome = _run_lesson(step, folder, output, timeout, lambda: signals.received)
+                        result = _run_lesson(step, folder, output, timeout, lambda: signals.received)
                     else:
-                        outcome = _run_speedrun(step, output, timeout, lambda: signals.received)
-                    outcomes.append(outcome)
-                    print(f"{step.title} ({step.device}, {step.mode}): {outcome.status}, {outcome.seconds:.1f} s",
+                        result = _run_speedrun(step, output, timeout, lambda: signals.received)
+                    outcomes.append((step, result))
+                    print(f"{step.title} ({step.device}, {step.mode}): {result.status}, {result.seconds:.1f} s",
                           flush=True)
                 wall = time.perf_counter() - start
                 for device in ("cuda", "cpu"):
-                    results = [course.Result(o.step.title, o.status, o.seconds, o.device, o.headline)
-                               for o in outcomes if o.step.notebook and o.step.device == device]
-                    (output / f"table-{device}.txt").write_text(course.format_table(results) + "\n", encoding="utf-8")
+                    results = [r for step, r in outcomes if step.notebook and step.device == device]
+                    (output / f"table-{device}.txt").write_text(format_table(results) + "\n", encoding="utf-8")
                 text = summary(probe, outcomes, dataset, args.budget, wall)
                 (output / "SUMMARY.md").write_text(text, encoding="utf-8")
-        except course.UsageError as exc:
+        except UsageError as exc:
             return _refuse(str(exc))
     print(text)
     print(f"Written to {output}: SUMMARY.md, table-cuda.txt, table-cpu.txt, cuda/, cpu/, speedrun-*.json and logs.")
     if signals.received:
         return 128 + signals.received
-    return 0 if all(o.status == "passed" for o in outcomes) else 1
+    return 0 if all(r.status == "passed" for _, r in outcomes) else 1
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} is not allowed: give a number of seconds greater than 0, e.g. 540")
-    return value
+def _dataset(text: str) -> str:
+    """A dataset's canonical name; helpers.data (and torch) are imported only when --dataset is given."""
+    from helpers.data import canonical_name
+
+    return canonical_name(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.gpu_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", default="build/gpu-check", help="folder for everything (default build/gpu-check)")
-    parser.add_argument("--dataset", help="MNIST or FashionMNIST for the lessons (sets COURSE_DATASET; default: each "
-                        "notebook's own, or Fashion-MNIST where MNIST cannot be had, as the runner does)")
-    parser.add_argument("--budget", type=_seconds, default=BUDGET,
+    parser.add_argument("--dataset", type=arguments.argtype(_dataset),
+                        help="MNIST or FashionMNIST for the lessons (sets COURSE_DATASET; default: each notebook's "
+                        "own, or Fashion-MNIST where MNIST cannot be had, as the runner does)")
+    parser.add_argument("--budget", type=arguments.seconds, default=BUDGET,
                         help=f"seconds for the whole check (default {BUDGET:g}); a step past it is not run")
     parser.add_argument("--notebooks", default=str(NOTEBOOKS), help="folder holding the lesson notebooks")
     parser.add_argument("--plan", action="store_true", help="print the steps, their modes and why, and stop")
@@ -412,13 +407,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="download, for Python 3.12 on x86-64 Linux, what runs the lessons (nbformat, papermill, "
                         "ipykernel and their needs) into DIR, and stop")
     args = parser.parse_args(argv)
-    if args.dataset:
-        from helpers.data import canonical_name
-
-        try:
-            args.dataset = canonical_name(args.dataset)
-        except ValueError as exc:
-            parser.error(f"--dataset {args.dataset}: {exc}")
     if args.download_wheels:
         return subprocess.run(wheel_download_command(args.download_wheels), check=False).returncode
     return check(args)

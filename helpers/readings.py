@@ -263,37 +263,29 @@ def batch_scaling(steps: dict[int, Timing | Sequence[float]], label: str = "") -
     )
     seen += "" if c.clear else f" ({c.why_unclear})"
     if not c.clear and not away.clear:
-        kind, what = (
-            UNCLEAR,
-            (
-                f"the repeats spread too widely to tell a flat step time from one in proportion to the batch: {seen}. "
-                "Time more images per run, on a quieter machine, before drawing a conclusion"
-            ),
+        kind = UNCLEAR
+        what = (
+            f"the repeats spread too widely to tell a flat step time from one in proportion to the batch: {seen}. "
+            "Time more images per run, on a quieter machine, before drawing a conclusion"
         )
     elif not c.clear or (away.clear and exponent <= FLAT):
         shape = "did not grow with the batch" if growth < 1 else "stayed nearly flat"
-        kind, what = (
-            OVERHEAD_BOUND,
-            (
-                f"step time {shape}: {seen}. Fixed costs per step (Python, dispatching or launching each operation, the "
-                "optimizer) set the pace, not arithmetic, so a larger batch trains more images per second almost for free"
-            ),
+        kind = OVERHEAD_BOUND
+        what = (
+            f"step time {shape}: {seen}. Fixed costs per step (Python, dispatching or launching each operation, the "
+            "optimizer) set the pace, not arithmetic, so a larger batch trains more images per second almost for free"
         )
     elif not away.clear or exponent >= PROPORTIONAL:
-        kind, what = (
-            COMPUTE_BOUND,
-            (
-                f"step time grew about in proportion to the batch: {seen}. The arithmetic sets the pace, so a larger "
-                "batch brings few extra images per second"
-            ),
+        kind = COMPUTE_BOUND
+        what = (
+            f"step time grew about in proportion to the batch: {seen}. The arithmetic sets the pace, so a larger "
+            "batch brings few extra images per second"
         )
     else:
-        kind, what = (
-            IN_BETWEEN,
-            (
-                f"step time grew, but less than the batch did: {seen}. Part of each step is a fixed cost and part is "
-                "arithmetic that grows with the batch, so a larger batch raises images per second, less than in proportion"
-            ),
+        kind = IN_BETWEEN
+        what = (
+            f"step time grew, but less than the batch did: {seen}. Part of each step is a fixed cost and part is "
+            "arithmetic that grows with the batch, so a larger batch raises images per second, less than in proportion"
         )
     return Diagnosis(kind, f"{label}: {what}." if label else f"{what[0].upper()}{what[1:]}.")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -13,7 +12,9 @@ def __getattr__(name: str) -> Any:
     """Lesson 04 calls ``transfer.time_batch_copies`` and ``transfer.pinning_report``, now in ``helpers.pinning``: they
     stay reachable here, looked up when asked for, only until the lesson imports that module."""
     if name in ("COPY_WAYS", "time_batch_copies", "pinning_findings", "pinning_report"):
-        return getattr(importlib.import_module("helpers.pinning"), name)
+        from helpers import pinning
+
+        return getattr(pinning, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

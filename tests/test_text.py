@@ -1,4 +1,4 @@
-"""helpers.text: how the course writes seconds, bytes and ratios."""
+"""helpers.text: how the course writes seconds and ratios (bytes: tests/test_memory.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,6 @@ def test_format_seconds():
     assert text.format_seconds(1.5e-5) == "15.0 us"
     assert text.format_seconds(3.0) == "3.0 s"
     assert text.format_seconds(4e-8) == "40 ns"
-
-
-def test_format_bytes():
-    assert text.format_bytes(512) == "512 B"
-    assert text.format_bytes(1536) == "1.5 KiB"
-    assert text.format_bytes(3 * 2**30) == "3.0 GiB"
-    assert text.format_bytes(-(2**20)) == "-1.0 MiB"
 
 
 def test_ratio_text_keeps_two_decimals_below_100():

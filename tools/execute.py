@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from helpers.text import format_rows
+
 if TYPE_CHECKING:
     import nbformat
     import psutil
@@ -260,8 +262,6 @@ def run_notebook(
 
 def format_table(results: list[Result]) -> str:
     """The summary table the runner prints."""
-    from helpers.lesson import format_rows
-
     head = ("notebook", "status", "seconds", "device", "headline figure")
     rows = [(r.name, r.status, f"{r.seconds:.1f}", r.device, r.headline) for r in results]
     return format_rows([head, *rows], right=[2])

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from helpers import arguments
+from helpers.text import format_rows
 from tools.execute import (
     Result,
     Signals,
@@ -127,8 +128,16 @@ def plan(
         quick = name[:2] in QUICK_ON_CUDA
         env = ((ENV_QUICK, "1" if quick else None), (ENV_DEVICE, None), (ENV_DATASET, dataset))
         steps.append(
-            Step(name, "cuda", "quick" if quick else "full", QUICK_ON_CUDA.get(name[:2], FULL), LESSON_TIMEOUT, env,
-                 notebook=name, folder="cuda")
+            Step(
+                name,
+                "cuda",
+                "quick" if quick else "full",
+                QUICK_ON_CUDA.get(name[:2], FULL),
+                LESSON_TIMEOUT,
+                env,
+                notebook=name,
+                folder="cuda",
+            )
         )
     for name, code in lessons:
         if has_gpu_sections(code):
@@ -136,9 +145,22 @@ def plan(
             steps.append(Step(name, "cpu", "quick", CPU_PASS, CPU_TIMEOUT, env, notebook=name, folder="cpu"))
     for target in targets:
         label = f"speedrun-{round(target * 100)}"
-        command = (python, "-m", "helpers.speedrun", "--dataset", SPEEDRUN_DATASET, "--runs", str(SPEEDRUN_RUNS),
-                   "--target", f"{target:g}", "--device", "cuda", "--json", str(output / f"{label}.json"),
-                   "--no-progress")
+        command = (
+            python,
+            "-m",
+            "helpers.speedrun",
+            "--dataset",
+            SPEEDRUN_DATASET,
+            "--runs",
+            str(SPEEDRUN_RUNS),
+            "--target",
+            f"{target:g}",
+            "--device",
+            "cuda",
+            "--json",
+            str(output / f"{label}.json"),
+            "--no-progress",
+        )
         reason = f"{SPEEDRUN_DATASET} to {target:.0%}, {SPEEDRUN_RUNS} seeds per rung"
         steps.append(Step(label, "cuda", "full", reason, SPEEDRUN_TIMEOUT, command=command))
     return steps
@@ -155,8 +177,6 @@ def read_lessons(folder: Path) -> list[tuple[str, str]]:
 
 
 def format_plan(steps: Sequence[Step]) -> str:
-    from helpers.lesson import format_rows
-
     rows = [("step", "device", "mode", "limit (s)", "why")]
     rows += [(s.title, s.device, s.mode, f"{s.timeout:g}", s.reason) for s in steps]
     return format_rows(rows, right=[3])
@@ -198,9 +218,23 @@ def refusal(probe: dict) -> str | None:
 def wheel_download_command(folder: Path, python_version: str = "3.12") -> list[str]:
     """pip's command that fetches, for a bare GPU machine's Python, what runs the lessons there (at the lock's pins)."""
     platforms = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64", "any"]
-    return [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--python-version", python_version,
-            "--implementation", "cp", *[x for p in platforms for x in ("--platform", p)], "-d", str(folder),
-            "-c", str(ROOT / "requirements-lock.txt"), *NEEDED]
+    return [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--only-binary=:all:",
+        "--python-version",
+        python_version,
+        "--implementation",
+        "cp",
+        *[x for p in platforms for x in ("--platform", p)],
+        "-d",
+        str(folder),
+        "-c",
+        str(ROOT / "requirements-lock.txt"),
+        *NEEDED,
+    ]
 
 
 @contextlib.contextmanager
@@ -265,8 +299,11 @@ def _run_lesson(step: Step, folder: Path, output: Path, timeout: float, stop: Ca
     with _environment(step.env):
         result = run_notebook(folder / step.notebook, target, timeout, stop)
     result.name = step.title
-    result.files = [f"{step.folder}/{p.name}" for p in (target / step.notebook,
-                                                        (target / step.notebook).with_suffix(".log")) if p.exists()]
+    result.files = [
+        f"{step.folder}/{p.name}"
+        for p in (target / step.notebook, (target / step.notebook).with_suffix(".log"))
+        if p.exists()
+    ]
     return result
 
 
@@ -274,8 +311,6 @@ def summary(
     probe: dict, outcomes: Sequence[tuple[Step, Result]], dataset: str | None, budget: float, wall: float
 ) -> str:
     """SUMMARY.md: the machine, then every step's status, mode, seconds and headline, then what went wrong."""
-    from helpers.lesson import format_rows
-
     failed = [(step, r) for step, r in outcomes if r.status != "passed"]
     lines = [
         "# GPU check",
@@ -292,20 +327,24 @@ def summary(
         "",
     ]
     sections = [
-        ("Lessons on CUDA (DEVICE = \"auto\")", lambda step: step.notebook and step.device == "cuda"),
+        ('Lessons on CUDA (DEVICE = "auto")', lambda step: step.notebook and step.device == "cuda"),
         ("Lessons again with COURSE_DEVICE=cpu", lambda step: step.notebook and step.device == "cpu"),
         ("Speedrun", lambda step: not step.notebook),
     ]
     for title, chosen in sections:
         rows = [("step", "status", "mode", "seconds", "device", "headline", "why this mode")]
-        rows += [(step.title, r.status, step.mode, f"{r.seconds:.1f}", r.device, r.headline, step.reason)
-                 for step, r in outcomes if chosen(step)]
+        rows += [
+            (step.title, r.status, step.mode, f"{r.seconds:.1f}", r.device, r.headline, step.reason)
+            for step, r in outcomes
+            if chosen(step)
+        ]
         table = ["```", format_rows(rows, right=[3]), "```"] if len(rows) > 1 else ["None in this plan."]
         lines += [f"## {title}", "", *table, ""]
     if failed:
         lines += ["## What did not pass", ""]
-        lines += [f"- {step.title} ({step.device}): {r.status}" + (f": {r.error}" if r.error else "")
-                  for step, r in failed]
+        lines += [
+            f"- {step.title} ({step.device}): {r.status}" + (f": {r.error}" if r.error else "") for step, r in failed
+        ]
         lines.append("")
     return "\n".join(lines)
 
@@ -345,8 +384,8 @@ def check(args: argparse.Namespace) -> int:
         if not (data.is_present(name) or offline or data.downloadable(name)):
             return _refuse(
                 f"{name} is not in the data folder ({data.data_dir()}) and cannot be downloaded here: unpack it into "
-                f"a folder and point {data.ENV_DATA_DIR} at it" + (", or pass --dataset FashionMNIST." if name ==
-                                                                    "MNIST" else ".")
+                f"a folder and point {data.ENV_DATA_DIR} at it"
+                + (", or pass --dataset FashionMNIST." if name == "MNIST" else ".")
             )
     output = Path(args.output)
     steps = plan(read_lessons(folder), output.resolve(), dataset, sys.executable, speedrun_targets())
@@ -369,8 +408,10 @@ def check(args: argparse.Namespace) -> int:
                     else:
                         result = _run_speedrun(step, output, timeout, lambda: signals.received)
                     outcomes.append((step, result))
-                    print(f"{step.title} ({step.device}, {step.mode}): {result.status}, {result.seconds:.1f} s",
-                          flush=True)
+                    print(
+                        f"{step.title} ({step.device}, {step.mode}): {result.status}, {result.seconds:.1f} s",
+                        flush=True,
+                    )
                 wall = time.perf_counter() - start
                 for device in ("cuda", "cpu"):
                     results = [r for step, r in outcomes if step.notebook and step.device == device]
@@ -396,16 +437,27 @@ def _dataset(text: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.gpu_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", default="build/gpu-check", help="folder for everything (default build/gpu-check)")
-    parser.add_argument("--dataset", type=arguments.argtype(_dataset),
-                        help="MNIST or FashionMNIST for the lessons (sets COURSE_DATASET; default: each notebook's "
-                        "own, or Fashion-MNIST where MNIST cannot be had, as the runner does)")
-    parser.add_argument("--budget", type=arguments.seconds, default=BUDGET,
-                        help=f"seconds for the whole check (default {BUDGET:g}); a step past it is not run")
+    parser.add_argument(
+        "--dataset",
+        type=arguments.argtype(_dataset),
+        help="MNIST or FashionMNIST for the lessons (sets COURSE_DATASET; default: each notebook's "
+        "own, or Fashion-MNIST where MNIST cannot be had, as the runner does)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=arguments.seconds,
+        default=BUDGET,
+        help=f"seconds for the whole check (default {BUDGET:g}); a step past it is not run",
+    )
     parser.add_argument("--notebooks", default=str(NOTEBOOKS), help="folder holding the lesson notebooks")
     parser.add_argument("--plan", action="store_true", help="print the steps, their modes and why, and stop")
-    parser.add_argument("--download-wheels", metavar="DIR", type=Path,
-                        help="download, for Python 3.12 on x86-64 Linux, what runs the lessons (nbformat, papermill, "
-                        "ipykernel and their needs) into DIR, and stop")
+    parser.add_argument(
+        "--download-wheels",
+        metavar="DIR",
+        type=Path,
+        help="download, for Python 3.12 on x86-64 Linux, what runs the lessons (nbformat, papermill, "
+        "ipykernel and their needs) into DIR, and stop",
+    )
     args = parser.parse_args(argv)
     if args.download_wheels:
         return subprocess.run(wheel_download_command(args.download_wheels), check=False).returncode

@@ -80,14 +80,16 @@ def _notebook(cells: list[tuple[str, str]]) -> str:
     )
 
 
-COUNT = "open('runs.txt', 'a').write('x')\n"
-"""A cell line that counts the notebook's executions in a file beside it."""
+def _count(name: str) -> str:
+    """A cell line that notes one execution of lesson ``name`` in a file beside the lessons."""
+    return f"open('runs.txt', 'a').write('{name} ')\n"
+
 
 READER = """
 import pytest
 
 @pytest.mark.slow
-@pytest.mark.parametrize("prefix", ["00", "01"])
+@pytest.mark.parametrize("prefix", ["00", "01", "02"])
 def test_reads(executed_notebook, prefix):
     nb = executed_notebook(prefix)
     assert nb.cells[1].outputs[0]["text"] == "4\\n"
@@ -96,68 +98,55 @@ def test_reads(executed_notebook, prefix):
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """A course in miniature: this conftest.py, a lesson that runs, a lesson that raises, a test reading both."""
+    """A course in miniature: this conftest.py, three lessons (one raises) and a test that reads each one."""
     shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "pytest.ini").write_text(
-        "[pytest]\ntestpaths = tests notebooks\naddopts = -v -rA -p no:cacheprovider --nbval --nbval-current-env\n"
-        "markers =\n    slow: slow\n",
+        "[pytest]\naddopts = -v -rA -p no:cacheprovider --nbval --nbval-current-env\nmarkers =\n    slow: slow\n",
         encoding="utf-8",
     )
-    (tmp_path / "notebooks").mkdir()
+    lessons = tmp_path / "notebooks"
+    lessons.mkdir()
     env = f"import os; print(*(os.environ.get(n) for n in {(*course.CHECK_ENV, 'OMP_WAIT_POLICY')!r}))"
     checked = " ".join([*course.CHECK_ENV.values(), "PASSIVE"]) + "\n"
-    (tmp_path / "notebooks" / "00_runs.ipynb").write_text(
-        _notebook([(COUNT + env, checked), ("print(2 + 2)", "4\n")]), encoding="utf-8"
-    )
-    (tmp_path / "notebooks" / "01_raises.ipynb").write_text(
-        _notebook([(COUNT + "1 / 0", ""), ("print(2 + 2)", "4\n")]), encoding="utf-8"
-    )
+    four = ("print(2 + 2)", "4\n")
+    (lessons / "00_runs.ipynb").write_text(_notebook([(_count("00") + env, checked), four]), encoding="utf-8")
+    (lessons / "01_raises.ipynb").write_text(_notebook([(_count("01") + "1 / 0", ""), four]), encoding="utf-8")
+    (lessons / "02_alone.ipynb").write_text(_notebook([(_count("02"), ""), four]), encoding="utf-8")
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_reader.py").write_text(READER, encoding="utf-8")
     return tmp_path
 
 
-def _pytest(project: Path, *args: str) -> subprocess.CompletedProcess:
+@pytest.mark.slow
+def test_a_lesson_read_by_a_test_is_executed_once_by_nbval_and_the_runner_only_without_it(project: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for name in (*course.CHECK_ENV, "OMP_WAIT_POLICY"):
         env.pop(name, None)  # the inner session sets them itself
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", *args], cwd=project, env=env, capture_output=True, text=True, timeout=300
+    nbval_runs = ["notebooks/00_runs.ipynb", "notebooks/01_raises.ipynb"]  # not 02: only the runner can execute it
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests", *nbval_runs],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-
-
-def _runs(project: Path) -> int:
-    """How many times the project's lessons have been executed, all together."""
-    runs = project / "notebooks" / "runs.txt"
-    return runs.read_text().count("x") if runs.exists() else 0
-
-
-@pytest.mark.slow
-def test_a_lesson_read_by_a_test_is_executed_once_by_nbval_and_the_runner_only_without_it(project: Path) -> None:
-    done = _pytest(project)
     out = done.stdout
     ran = dict(reversed(r) for r in re.findall(r"^(PASSED|FAILED) (\S+(?: \d+)?)", out, re.MULTILINE))  # -rA
+    readers = [f"tests/test_reader.py::test_reads[{n}]" for n in ("00", "01", "02")]
     assert ran == {
         "notebooks/00_runs.ipynb::Cell 0": "PASSED",  # its output is the checked environment, as nbval compared
         "notebooks/00_runs.ipynb::Cell 1": "PASSED",
         "notebooks/01_raises.ipynb::Cell 0": "FAILED",
         "notebooks/01_raises.ipynb::Cell 1": "PASSED",
-        "tests/test_reader.py::test_reads[00]": "PASSED",
-        "tests/test_reader.py::test_reads[01]": "FAILED",
+        **dict(zip(readers, ["PASSED", "FAILED", "PASSED"], strict=True)),
     }, out
     in_order = re.findall(r"^(\S.*?) (?:PASSED|FAILED) +\[", out, re.MULTILINE)  # -v: one line a test, as it ran
-    assert len(in_order) == 6 and in_order[-2:] == [
-        "tests/test_reader.py::test_reads[00]",
-        "tests/test_reader.py::test_reads[01]",
-    ]
+    assert len(in_order) == 7 and in_order[-3:] == readers, out  # the readers ran after the nbval cells
     assert "01_raises.ipynb failed in nbval's run: cell 0 (In [1]) raised ZeroDivisionError" in out, out
-    assert _runs(project) == 2  # one run of each lesson, both by nbval
-    assert not (project / "build").exists()  # the course runner executed nothing
-
-    alone = _pytest(project, "tests/test_reader.py", "-k", "00")
-    assert "PASSED tests/test_reader.py::test_reads[00]" in alone.stdout, alone.stdout
-    assert _runs(project) == 3  # without nbval's run, the runner executes the lesson
-    assert (project / "build" / "test-executed" / "00_runs.ipynb").is_file()
+    runs = (project / "notebooks" / "runs.txt").read_text().split()
+    assert sorted(runs) == ["00", "01", "02"]  # each lesson executed once: 00 and 01 by nbval, 02 by the runner
+    assert [p.name for p in (project / "build" / "test-executed").glob("*.ipynb")] == ["02_alone.ipynb"]
 
 
 class _Item:

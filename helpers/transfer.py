@@ -7,17 +7,6 @@ from typing import Any
 
 import torch
 
-
-def __getattr__(name: str) -> Any:
-    """Lesson 04 calls ``transfer.time_batch_copies`` and ``transfer.pinning_report``, now in ``helpers.pinning``: they
-    stay reachable here, looked up when asked for, only until the lesson imports that module."""
-    if name in ("COPY_WAYS", "time_batch_copies", "pinning_findings", "pinning_report"):
-        from helpers import pinning
-
-        return getattr(pinning, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 LEAF_TYPES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
 """Values ``to_device`` passes through unchanged."""
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import devices, timing
+from helpers import devices
 from helpers.devices import DeviceUnavailableError, pick_device
 
 
@@ -311,38 +311,14 @@ def test_hiding_outcome_refuses_negative_counts():
         devices.hiding_outcome(-1, 0, None)
 
 
-# --- comparing two timed ways of doing one job ---
-
-
-def test_speed_comparison_clear_gain_and_loss():
-    fast = [1e-3, 1.1e-3, 1.2e-3]
-    slow = [30e-3, 31e-3, 33e-3]
-    assert timing.speed_comparison("the GPU", fast, "the CPU", slow) == "the GPU was 28.18x faster than the CPU"
-    assert timing.speed_comparison("the CPU", slow, "the GPU", fast) == "the CPU was 28.18x slower than the GPU"
-    # medians 1.05 and 2.55, printed by timing.ratio_text like every ratio in the course
-    assert timing.speed_comparison("a", [1.0, 1.1], "b", [2.5, 2.6]) == "a was 2.43x faster than b"
-
-
-def test_speed_comparison_inside_the_spread_is_no_clear_difference():
-    noisy = [1e-3, 2e-3, 4e-3]  # one slow outlier reaches the other's range
-    steady = [3e-3, 3.1e-3, 3.2e-3]
-    sentence = timing.speed_comparison("pinned", noisy, "pageable", steady)
-    assert sentence.startswith("no clear difference between pinned and pageable")
-    assert "1.55x apart" in sentence
-    assert timing.speed_comparison("x", [5e-3], "y", [5e-3]).startswith("no clear difference")
-
-
-def test_speed_comparison_rejects_missing_or_impossible_timings():
-    with pytest.raises(ValueError, match="No timings for 'the GPU'"):
-        timing.speed_comparison("the GPU", [], "the CPU", [1.0])
-    with pytest.raises(ValueError, match="must be positive seconds"):
-        timing.speed_comparison("the GPU", [1.0], "the CPU", [0.0])
-
-
 @pytest.mark.parametrize(
     ("card", "capability", "dtype"),
-    [("P100", (6, 0), torch.float16), ("T4", (7, 5), torch.float16), ("A100", (8, 0), torch.bfloat16),
-     ("H100", (9, 0), torch.bfloat16)],
+    [
+        ("P100", (6, 0), torch.float16),
+        ("T4", (7, 5), torch.float16),
+        ("A100", (8, 0), torch.bfloat16),
+        ("H100", (9, 0), torch.bfloat16),
+    ],
 )
 def test_mixed_precision_follows_the_compute_capability(card, capability, dtype):
     assert devices.cuda_autocast_dtype(capability) is dtype, card

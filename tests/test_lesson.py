@@ -87,29 +87,22 @@ def test_machine_gpus_asks_the_machine_whatever_the_lessons_device(monkeypatch, 
     assert capsys.readouterr().out == line
 
 
-@pytest.mark.parametrize(("gpus", "device", "ids"), [(0, "cpu", []), (1, "cpu", []), (2, "cpu", []),
-                                                      (1, "cuda", [0]), (2, "cuda:0", [0, 1]), (2, "cuda:1", [1, 0]),
-                                                      (3, "cuda", [0, 1, 2])])
+@pytest.mark.parametrize(
+    ("gpus", "device", "ids"),
+    [
+        (0, "cpu", []),
+        (1, "cpu", []),
+        (2, "cpu", []),
+        (1, "cuda", [0]),
+        (2, "cuda:0", [0, 1]),
+        (2, "cuda:1", [1, 0]),
+        (3, "cuda", [0, 1, 2]),
+    ],
+)
 def test_gpu_ids_are_empty_unless_the_lesson_runs_on_cuda_and_start_with_its_gpu(monkeypatch, gpus, device, ids):
     machine_with_gpus(monkeypatch, gpus)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     assert lesson.gpu_ids(device) == ids
-
-
-def test_format_rows_pads_columns_rules_the_header_and_aligns_the_named_columns_right():
-    text = lesson.format_rows([("name", "img/s"), ("lab", "1,200"), ("resident data", "15")], right=[1])
-    assert text.splitlines() == [
-        "name           img/s",
-        "-------------  -----",
-        "lab            1,200",
-        "resident data     15",
-    ]
-
-
-def test_format_rows_trims_trailing_spaces_and_accepts_non_strings():
-    lines = lesson.format_rows([("a", "b"), (1, ""), (22, 3.5)]).splitlines()
-    assert lines == ["a   b", "--  ---", "1", "22  3.5"]
-    assert lesson.format_rows([]) == ""
 
 
 @pytest.mark.parametrize(("value", "expected"), [(None, None), (0.88, 0.88), (88, 0.88), ("88%", 0.88), (93.5, 0.935)])

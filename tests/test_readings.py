@@ -9,7 +9,17 @@ import math
 import pytest
 
 from exercises.lesson_09 import _SAID, _SPREADS
-from helpers.readings import KEPT, MIN_NOISE, NO_CLEAR_DIFFERENCE, NOT_REACHED, SLOWER, Verdict, compare, keep_verdict
+from helpers.readings import (
+    KEPT,
+    MIN_NOISE,
+    NO_CLEAR_DIFFERENCE,
+    NOT_REACHED,
+    SLOWER,
+    Verdict,
+    compare,
+    keep_verdict,
+    speed_comparison,
+)
 from helpers.text import format_rows
 
 
@@ -59,3 +69,31 @@ def test_the_ladder_rule_on_lesson_08s_and_the_benchmarks_cases():
 def test_lesson_09s_keep_rule_cases_follow_the_ladder_rule(before, after, expected):
     assert keep_verdict(before, after) is expected
     assert _SAID[expected] in ("kept", "slower", "no clear difference")
+
+
+# --- comparing two timed ways of doing one job ---
+
+
+def test_speed_comparison_clear_gain_and_loss():
+    fast = [1e-3, 1.1e-3, 1.2e-3]
+    slow = [30e-3, 31e-3, 33e-3]
+    assert speed_comparison("the GPU", fast, "the CPU", slow) == "the GPU was 28.18x faster than the CPU"
+    assert speed_comparison("the CPU", slow, "the GPU", fast) == "the CPU was 28.18x slower than the GPU"
+    # medians 1.05 and 2.55, printed by text.ratio_text like every ratio in the course
+    assert speed_comparison("a", [1.0, 1.1], "b", [2.5, 2.6]) == "a was 2.43x faster than b"
+
+
+def test_speed_comparison_inside_the_spread_is_no_clear_difference():
+    noisy = [1e-3, 2e-3, 4e-3]  # one slow outlier reaches the other's range
+    steady = [3e-3, 3.1e-3, 3.2e-3]
+    sentence = speed_comparison("pinned", noisy, "pageable", steady)
+    assert sentence.startswith("no clear difference between pinned and pageable")
+    assert "1.55x apart" in sentence
+    assert speed_comparison("x", [5e-3], "y", [5e-3]).startswith("no clear difference")
+
+
+def test_speed_comparison_rejects_missing_or_impossible_timings():
+    with pytest.raises(ValueError, match="No timings for 'the GPU'"):
+        speed_comparison("the GPU", [], "the CPU", [1.0])
+    with pytest.raises(ValueError, match="must be positive seconds"):
+        speed_comparison("the GPU", [1.0], "the CPU", [0.0])

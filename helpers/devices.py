@@ -208,8 +208,11 @@ def autocast_dtype(device: str | torch.device) -> torch.dtype | None:
     if device.type == "cuda":
         return cuda_autocast_dtype(torch.cuda.get_device_capability(device))
     if device.type == "mps":
-        return torch.bfloat16 if _release(torch.__version__)[:2] >= (2, 6) and torch.backends.mps.is_macos_or_newer(
-            14, 0) else None
+        return (
+            torch.bfloat16
+            if _release(torch.__version__)[:2] >= (2, 6) and torch.backends.mps.is_macos_or_newer(14, 0)
+            else None
+        )
     return torch.bfloat16
 
 

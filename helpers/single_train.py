@@ -29,17 +29,27 @@ CHECKPOINT_FILE = "checkpoint.pt"
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
     """The options of both scripts, each checked as it is read; every default runs in seconds on a CPU."""
     p = argparse.ArgumentParser(prog=prog, description=description)
-    p.add_argument("--dataset", type=arguments.argtype(dataset_name), default="synthetic",
-                   help="synthetic, MNIST or FashionMNIST (default: synthetic)")
-    p.add_argument("--data-dir", type=arguments.data_folder, default=None,
-                   help="data root (default: $COURSE_DATA_DIR, else data/ in the clone)")
+    p.add_argument(
+        "--dataset",
+        type=arguments.argtype(dataset_name),
+        default="synthetic",
+        help="synthetic, MNIST or FashionMNIST (default: synthetic)",
+    )
+    p.add_argument(
+        "--data-dir",
+        type=arguments.data_folder,
+        default=None,
+        help="data root (default: $COURSE_DATA_DIR, else data/ in the clone)",
+    )
     p.add_argument("--limit", type=arguments.count, default=0, help="use only the first N training images (0: all)")
-    p.add_argument("--synthetic-size", type=arguments.positive_int, default=512,
-                   help="images in the synthetic training set")
+    p.add_argument(
+        "--synthetic-size", type=arguments.positive_int, default=512, help="images in the synthetic training set"
+    )
     p.add_argument("--model", type=str.lower, default="mlp", choices=MODELS, help="linear, mlp or cnn (helpers.models)")
     p.add_argument("--epochs", type=arguments.positive_int, default=2)
-    p.add_argument("--batch-size", type=arguments.positive_int, default=32,
-                   help="per process; the global batch is this times N")
+    p.add_argument(
+        "--batch-size", type=arguments.positive_int, default=32, help="per process; the global batch is this times N"
+    )
     p.add_argument("--lr", type=arguments.positive_number, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="checkpoints/ddp", help="folder for the checkpoint and summary (rank 0)")

@@ -67,8 +67,13 @@ def _cuda_call(node: ast.Call) -> str | None:
     if func.attr == "cuda":
         return WORK
     owner = func.value
-    if isinstance(owner, ast.Attribute) and owner.attr == "cuda" and isinstance(owner.value, ast.Name) \
-            and owner.value.id == "torch" and func.attr not in CUDA_FREE:
+    if (
+        isinstance(owner, ast.Attribute)
+        and owner.attr == "cuda"
+        and isinstance(owner.value, ast.Name)
+        and owner.value.id == "torch"
+        and func.attr not in CUDA_FREE
+    ):
         return DESCRIBE if func.attr in CUDA_DESCRIBE else WORK
     return None
 
@@ -134,10 +139,15 @@ def ungated_gpu_calls(sources: list[tuple[int, str]]) -> list[str]:
                 continue
             kind, what = needs[what], f"{what} (which makes CUDA-only calls)"
         if kind in (WORK, DESCRIBE) and not _allowed(kind, gate):
-            wanted = "lesson.gpu_section(device, ...)" if kind == WORK else \
-                "lesson.gpu_section(device, ...) or lesson.machine_gpus(...)"
-            problems.append(f"cell {i}: line {line}: {what} outside `if {wanted}:`, so DEVICE = \"cpu\" on a GPU "
-                            "machine, or a machine without CUDA, does not skip it in one line")
+            wanted = (
+                "lesson.gpu_section(device, ...)"
+                if kind == WORK
+                else "lesson.gpu_section(device, ...) or lesson.machine_gpus(...)"
+            )
+            problems.append(
+                f'cell {i}: line {line}: {what} outside `if {wanted}:`, so DEVICE = "cpu" on a GPU '
+                "machine, or a machine without CUDA, does not skip it in one line"
+            )
     return problems
 
 

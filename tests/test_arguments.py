@@ -53,8 +53,11 @@ def test_good_text_becomes_the_value(kind, text, value):
         (arguments.seconds, "a number of seconds greater than 0", ["soon", "0"]),
         (arguments.positive_ints, "a non-empty list of whole numbers of at least 1", ["512,0", "", "8;16"]),
         (arguments.flag, "True or False (or one of the strings 1/0, true/false, yes/no, on/off, in any case)", ["ja"]),
-        (arguments.accuracy, "a fraction in (0, 1) such as 0.88, or a percentage in (1, 100) such as 88 or 88%",
-         ["150", "1", "0.5%", "abc"]),
+        (
+            arguments.accuracy,
+            "a fraction in (0, 1) such as 0.88, or a percentage in (1, 100) such as 88 or 88%",
+            ["150", "1", "0.5%", "abc"],
+        ),
     ],
 )
 def test_bad_text_is_refused_naming_what_is_allowed(kind, allowed, texts):
@@ -130,8 +133,10 @@ def test_single_train_refuses_zero_epochs_before_training(capsys, tmp_path):
         (["--limit", "-1"], "argument --limit: '-1' is not allowed: give a whole number of at least 0"),
         (["--synthetic-size", "0"], f"argument --synthetic-size: '0' {WHOLE}"),
         (["--model", "vit"], "argument --model: invalid choice: 'vit' (choose from 'linear', 'mlp', 'cnn')"),
-        (["--dataset", "cifar"], "argument --dataset: Unknown dataset 'cifar'. Choose one of: synthetic, MNIST, "
-         "FashionMNIST."),
+        (
+            ["--dataset", "cifar"],
+            "argument --dataset: Unknown dataset 'cifar'. Choose one of: synthetic, MNIST, FashionMNIST.",
+        ),
     ],
 )
 def test_single_train_checks_every_option(capsys, argv, message):

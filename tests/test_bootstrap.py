@@ -129,8 +129,11 @@ def learner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     def use(python: Path) -> str:
         kernels = tmp_path / "jupyter" / "kernels" / "fresh-venv"
         kernels.mkdir(parents=True, exist_ok=True)
-        spec = {"argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                "display_name": "fresh venv", "language": "python"}
+        spec = {
+            "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "fresh venv",
+            "language": "python",
+        }
         (kernels / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
         return "fresh-venv"
 
@@ -178,8 +181,15 @@ def execute(notebook: Path, kernel: str, cwd: Path) -> nbformat.NotebookNode:
 
     output = notebook.with_name(f"executed_{notebook.name}")
     with contextlib.suppress(papermill.PapermillExecutionError):
-        papermill.execute_notebook(str(notebook), str(output), kernel_name=kernel, cwd=str(cwd),
-                                   progress_bar=False, log_output=False, execution_timeout=300)
+        papermill.execute_notebook(
+            str(notebook),
+            str(output),
+            kernel_name=kernel,
+            cwd=str(cwd),
+            progress_bar=False,
+            log_output=False,
+            execution_timeout=300,
+        )
     return nbformat.read(output, as_version=4)
 
 
@@ -219,8 +229,15 @@ def test_lesson_bootstraps_itself_in_a_fresh_env(borrowed, source, learner, tmp_
     # A correct lesson runs to the end under papermill, which stops at the first error like Colab's Run all.
     import papermill
 
-    papermill.execute_notebook(str(lesson), str(output), kernel_name=kernel, cwd=str(work),
-                               progress_bar=False, log_output=False, execution_timeout=600)
+    papermill.execute_notebook(
+        str(lesson),
+        str(output),
+        kernel_name=kernel,
+        cwd=str(work),
+        progress_bar=False,
+        log_output=False,
+        execution_timeout=600,
+    )
     nb = nbformat.read(output, as_version=4)
 
     assert course.first_error(nb) is None

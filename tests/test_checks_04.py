@@ -78,8 +78,12 @@ def reference_padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
 
 def test_padding_mask_reference(capsys):
     assert CHECKERS["04_padding_mask"](reference_padding_mask, CPU) is True
-    assert CHECKERS["04_padding_mask"](lambda n, m: torch.ones(len(n), m, dtype=torch.long, device=n.device).cumsum(1)
-                                       <= n[:, None], CPU) is True  # another correct way
+    assert (
+        CHECKERS["04_padding_mask"](
+            lambda n, m: torch.ones(len(n), m, dtype=torch.long, device=n.device).cumsum(1) <= n[:, None], CPU
+        )
+        is True
+    )  # another correct way
     assert capsys.readouterr().out.count("[pass]") == 2
 
 

@@ -112,7 +112,6 @@ def test_load_plain_checker_gives_a_verdict_for_weights_it_cannot_read_back(caps
     assert "could not be read back to the CPU" in capsys.readouterr().out
 
 
-
 def test_unwrap_keeps_ddps_model_off_the_gpu_that_dataparallel_takes(monkeypatch, capsys) -> None:
     # With one GPU visible, DataParallel moves the model it wraps there; the meta device plays that GPU here.
     original = nn.DataParallel.__init__

@@ -132,8 +132,12 @@ def test_hidden_sync_waits_for_an_answer(capsys):
 
 def test_hidden_sync_rejects_a_read_every_batch(capsys):
     check = CHECKERS["08_hidden_sync"]
-    for wrong, read in ((evaluate_item_every_batch, "item"), (evaluate_float_every_batch, "__float__"),
-                        (evaluate_if_on_a_tensor, "__bool__"), (evaluate_copy_every_batch, "to")):
+    for wrong, read in (
+        (evaluate_item_every_batch, "item"),
+        (evaluate_float_every_batch, "__float__"),
+        (evaluate_if_on_a_tensor, "__bool__"),
+        (evaluate_copy_every_batch, "to"),
+    ):
         assert not check(wrong, torch.device("cpu"))
         out = capsys.readouterr().out
         assert "[not yet]" in out and read in out, out

@@ -104,12 +104,15 @@ def test_time_it_reference(capsys):
     assert capsys.readouterr().out.startswith("[pass]")
 
 
-@pytest.mark.parametrize(("wrong", "hint"), [
-    (time_it_never_syncs, "never calls sync()"),
-    (time_it_no_first_sync, "before the first read"),
-    (time_it_syncs_after_reading, "before the last read"),
-    (lambda fn, sync, clock: (sync(), fn(), fn(), sync(), 0.5)[-1], "2 times"),
-])
+@pytest.mark.parametrize(
+    ("wrong", "hint"),
+    [
+        (time_it_never_syncs, "never calls sync()"),
+        (time_it_no_first_sync, "before the first read"),
+        (time_it_syncs_after_reading, "before the last read"),
+        (lambda fn, sync, clock: (sync(), fn(), fn(), sync(), 0.5)[-1], "2 times"),
+    ],
+)
 def test_time_it_wrong_answers(wrong, hint, capsys):
     assert not CHECKERS["09_time_it_right"](wrong)
     out = capsys.readouterr().out
@@ -150,13 +153,16 @@ def test_flip_half_reference(capsys):
     assert capsys.readouterr().out.startswith("[pass]")
 
 
-@pytest.mark.parametrize(("wrong", "hint"), [
-    (flip_half_cpu_mask, "device=X.device"),
-    (flip_half_wrong_axis, "last axis (W)"),
-    (flip_half_all, "mirrored 100%"),
-    (flip_half_no_generator, "generator=generator"),
-    (lambda X, generator: X, "mirrored 0%"),
-])
+@pytest.mark.parametrize(
+    ("wrong", "hint"),
+    [
+        (flip_half_cpu_mask, "device=X.device"),
+        (flip_half_wrong_axis, "last axis (W)"),
+        (flip_half_all, "mirrored 100%"),
+        (flip_half_no_generator, "generator=generator"),
+        (lambda X, generator: X, "mirrored 0%"),
+    ],
+)
 def test_flip_half_wrong_answers(wrong, hint, capsys):
     assert not CHECKERS["09_flip_on_device"](wrong, torch.device("cpu"))
     out = capsys.readouterr().out

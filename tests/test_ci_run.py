@@ -26,8 +26,9 @@ def readme_block() -> list[str]:
 def test_ci_reads_the_readmes_two_commands_from_the_readme() -> None:
     script = CI.read_text(encoding="utf-8")
     reader = re.search(r"<<'PY'\n(.*?)\nPY\n", script, flags=re.S).group(1)
-    done = subprocess.run([sys.executable, "-", "README.md"], input=reader, capture_output=True, text=True,
-                          cwd=ROOT, check=True)
+    done = subprocess.run(
+        [sys.executable, "-", "README.md"], input=reader, capture_output=True, text=True, cwd=ROOT, check=True
+    )
     commands = done.stdout.splitlines()
     assert commands == readme_block()
     assert len(commands) == 2

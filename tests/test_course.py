@@ -88,18 +88,15 @@ def test_format_table_aligns_columns():
 def test_runner_reports_failures_and_runs_the_rest(tmp_path):
     folder = tmp_path / "nbs"
     folder.mkdir()
-    record = (
-        "from helpers import lesson\n"
-        "lesson.start('cpu')\n"
-        "lesson.headline('answer', '42')"
-    )
+    record = "from helpers import lesson\nlesson.start('cpu')\nlesson.headline('answer', '42')"
     shown = "from helpers.lesson import expect_error\nwith expect_error(ValueError):\n    int('x')"
     nbformat.write(_notebook(record, shown), folder / "00_ok.ipynb")
     nbformat.write(_notebook("x = 1", "1 / 0", "print('never')"), folder / "01_bad.ipynb")
     nbformat.write(_notebook("print('still runs')"), folder / "02_after.ipynb")
     before_bad = (folder / "01_bad.ipynb").read_text()
-    out = _run_cli("run", "--notebooks", str(folder), "--output", str(tmp_path / "out"), "--no-progress",
-                   "--write-back")
+    out = _run_cli(
+        "run", "--notebooks", str(folder), "--output", str(tmp_path / "out"), "--no-progress", "--write-back"
+    )
     assert out.returncode == 1, out.stderr
     table = out.stdout.splitlines()
     assert table[2].split()[:2] == ["00_ok.ipynb", "passed"] and table[2].split()[3:] == ["cpu", "answer:", "42"]
@@ -116,8 +113,16 @@ def test_runner_reports_failures_and_runs_the_rest(tmp_path):
 
 @pytest.mark.slow  # the runner as a child process
 def test_unavailable_device_is_refused_before_any_lesson_starts(tmp_path):
-    out = _run_cli("run", "--quick", "--only", "00", "--no-progress", "--output", str(tmp_path / "out"),
-                   env={"COURSE_DEVICE": "cuda:99"})
+    out = _run_cli(
+        "run",
+        "--quick",
+        "--only",
+        "00",
+        "--no-progress",
+        "--output",
+        str(tmp_path / "out"),
+        env={"COURSE_DEVICE": "cuda:99"},
+    )
     assert out.returncode == 2, out.stderr
     assert out.stderr.startswith("COURSE_DEVICE='cuda:99' is set in the environment")
     assert "CUDA_VISIBLE_DEVICES" in out.stderr or "Change runtime type" in out.stderr

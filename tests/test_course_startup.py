@@ -28,8 +28,15 @@ def test_a_python_without_the_course_environment_is_named_with_the_fix(command: 
     python = _bare_python(tmp_path / "bare")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     args = ["run", "--quick"] if command == "run" else ["list"]
-    done = subprocess.run([str(python), "-m", "tools.course", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=60, check=False)
+    done = subprocess.run(
+        [str(python), "-m", "tools.course", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
@@ -54,8 +61,14 @@ runpy.run_module("tools.course", run_name="__main__", alter_sys=True)
 
 @pytest.mark.parametrize("command", [["run", "--quick"], ["list"]])
 def test_ctrl_c_while_torch_imports_prints_one_line_and_exits_130(command: list[str]) -> None:
-    done = subprocess.run([sys.executable, "-c", STOP_WHILE_IMPORTING, *command], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", STOP_WHILE_IMPORTING, *command],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 130, done.stderr
     assert done.stderr == "Stopped by SIGINT before any notebook started.\n"
 
@@ -65,8 +78,13 @@ def test_a_real_ctrl_c_while_torch_loads_prints_one_line_and_exits_130(tmp_path:
     import signal
     import time
 
-    process = subprocess.Popen([sys.executable, "-m", "tools.course", "run", "--quick", "--output", str(tmp_path)],
-                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tools.course", "run", "--quick", "--output", str(tmp_path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     maps = Path(f"/proc/{process.pid}/maps")
     while time.monotonic() < deadline and process.poll() is None and "libtorch" not in maps.read_text():

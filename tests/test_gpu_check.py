@@ -63,8 +63,20 @@ def test_the_speedrun_ladder_runs_last_to_the_target_and_the_stretch_target() ->
     for step, target, label in zip(runs, ("0.88", "0.94"), ("speedrun-88", "speedrun-94"), strict=True):
         assert step.title == label
         assert step.command == (
-            "python3", "-m", "helpers.speedrun", "--dataset", "FashionMNIST", "--runs", "3", "--target", target,
-            "--device", "cuda", "--json", str(OUT / f"{label}.json"), "--no-progress",
+            "python3",
+            "-m",
+            "helpers.speedrun",
+            "--dataset",
+            "FashionMNIST",
+            "--runs",
+            "3",
+            "--target",
+            target,
+            "--device",
+            "cuda",
+            "--json",
+            str(OUT / f"{label}.json"),
+            "--no-progress",
         )
 
 
@@ -121,8 +133,14 @@ def test_this_machine_without_cuda_is_refused_by_the_command(tmp_path: Path) -> 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
     for command in (["-m", "tools.gpu_check"], ["-m", "tools.course", "gpu-check"]):
-        done = subprocess.run([sys.executable, *command, "--output", str(tmp_path / "out")], capture_output=True,
-                              text=True, cwd=ROOT, timeout=120, check=False)
+        done = subprocess.run(
+            [sys.executable, *command, "--output", str(tmp_path / "out")],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+            check=False,
+        )
         assert done.returncode == 2, done.stderr
         assert done.stdout == "" and done.stderr.count("\n") == 1
         assert done.stderr.startswith("The GPU check needs a CUDA GPU, and here PyTorch ")
@@ -164,8 +182,18 @@ def _lessons(folder: Path, *codes: str) -> Path:
 @pytest.mark.slow  # executes notebooks
 def test_with_a_gpu_everything_lands_in_one_folder_and_a_failure_exits_1(monkeypatch, capsys, tmp_path) -> None:
     """A faked GPU, two lessons that need none (the second fails, and has a 'GPU section'), no speedrun."""
-    monkeypatch.setattr(gpu_check, "cuda_probe", lambda: {"available": True, "torch": "2.11.0", "cuda": "13.0",
-                                                           "name": "Fake GPU", "capability": "9.0", "count": 1})
+    monkeypatch.setattr(
+        gpu_check,
+        "cuda_probe",
+        lambda: {
+            "available": True,
+            "torch": "2.11.0",
+            "cuda": "13.0",
+            "name": "Fake GPU",
+            "capability": "9.0",
+            "count": 1,
+        },
+    )
     monkeypatch.setattr(gpu_check, "speedrun_targets", lambda: ())
     monkeypatch.setenv("PYTHONPATH", "")
     folder = _lessons(tmp_path / "nbs", "print('fine')", "import torch\nassert not torch.cuda.is_available() and 0")
@@ -174,7 +202,11 @@ def test_with_a_gpu_everything_lands_in_one_folder_and_a_failure_exits_1(monkeyp
     out = capsys.readouterr().out
     assert status == 1, out
     assert {p.relative_to(output).as_posix() for p in output.rglob("*") if p.is_file()} >= {
-        "SUMMARY.md", "table-cuda.txt", "table-cpu.txt", "cuda/00_lesson.ipynb", "cuda/01_lesson.ipynb",
+        "SUMMARY.md",
+        "table-cuda.txt",
+        "table-cpu.txt",
+        "cuda/00_lesson.ipynb",
+        "cuda/01_lesson.ipynb",
         "cpu/01_lesson.ipynb",
     }
     summary = (output / "SUMMARY.md").read_text()
@@ -200,8 +232,9 @@ def test_a_step_past_the_budget_is_not_run_and_fails_the_check(monkeypatch, caps
 
     monkeypatch.setattr(gpu_check, "_run_lesson", fake_lesson)
     folder = _lessons(tmp_path / "nbs", "print(1)", "print(2)")
-    status = gpu_check.main(["--output", str(tmp_path / "out"), "--notebooks", str(folder), "--dataset",
-                             "FashionMNIST", "--budget", "10.2"])
+    status = gpu_check.main(
+        ["--output", str(tmp_path / "out"), "--notebooks", str(folder), "--dataset", "FashionMNIST", "--budget", "10.2"]
+    )
     assert status == 1
     assert ran == [("00_lesson.ipynb", pytest.approx(10.2, abs=0.2))]
     summary = (tmp_path / "out" / "SUMMARY.md").read_text()

@@ -150,7 +150,11 @@ def test_bootstrap_does_nothing_where_helpers_is_installed(tmp_path: Path) -> No
     env = {**_clean_env(), launch.ENV_SOURCE: str(tmp_path / "no-such-checkout")}
     done = subprocess.run(
         [sys.executable, "-m", "IPython", "--quick", "--no-banner", "-c", launch.bootstrap(URL) + "\nprint('ok')"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("ok") and "pip" not in done.stdout + done.stderr

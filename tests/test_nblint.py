@@ -92,8 +92,9 @@ BREAKAGES = {
         "torch.cuda.Stream outside `if lesson.gpu_section",
     ),
     "gated by the machine, not the device": (
-        lambda nb: setattr(nb.cells[1], "source",
-                           'if lesson.enough_gpus(1, "x"):\n    torch.cuda.memory_allocated(device)'),
+        lambda nb: setattr(
+            nb.cells[1], "source", 'if lesson.enough_gpus(1, "x"):\n    torch.cuda.memory_allocated(device)'
+        ),
         "torch.cuda.memory_allocated outside",
     ),
     "work under the machine's gate": (
@@ -110,14 +111,19 @@ BREAKAGES = {
         "or lesson.machine_gpus",
     ),
     "helper called outside the gate": (
-        lambda nb: setattr(nb.cells[1], "source", "def peak():\n    return torch.cuda.max_memory_allocated()\n\n\n"
-                           'if lesson.gpu_section(device, "x"):\n    peak()\nprint(peak())'),
+        lambda nb: setattr(
+            nb.cells[1],
+            "source",
+            "def peak():\n    return torch.cuda.max_memory_allocated()\n\n\n"
+            'if lesson.gpu_section(device, "x"):\n    peak()\nprint(peak())',
+        ),
         "peak (which makes CUDA-only calls) outside",
     ),
     "helper of a helper, in another cell": (
-        lambda nb: (setattr(nb.cells[1], "source", "def sync():\n    torch.cuda.synchronize()\n\n\n"
-                            "def step():\n    sync()"),
-                    setattr(nb.cells[2], "source", 'DEVICE = "auto"\ntiming.time_on_device(step, sync=sync)')),
+        lambda nb: (
+            setattr(nb.cells[1], "source", "def sync():\n    torch.cuda.synchronize()\n\n\ndef step():\n    sync()"),
+            setattr(nb.cells[2], "source", 'DEVICE = "auto"\ntiming.time_on_device(step, sync=sync)'),
+        ),
         "cell 2: line 2: step (which makes CUDA-only calls) outside",
     ),
     "no summary": (lambda nb: setattr(nb.cells[4], "source", "The end."), "Summary"),
@@ -141,16 +147,16 @@ def test_each_rule_can_fail(breakage: str) -> None:
 GATED = {
     "the lesson's gate": 'if lesson.gpu_section(device, "x"):\n    s = torch.cuda.Stream(device)\n    x = y.cuda()',
     "elif and a second condition": 'if quick:\n    pass\nelif ok and lesson.gpu_section(device, "x", 2):\n'
-                                   "    torch.cuda.synchronize(device)",
+    "    torch.cuda.synchronize(device)",
     "a helper used only under the gate": "def show():\n    print(torch.cuda.memory_allocated(device))\n\n\n"
-                                         'if lesson.gpu_section(device, "x"):\n    show()\n    run(show)',
+    'if lesson.gpu_section(device, "x"):\n    show()\n    run(show)',
     "the machine's report under its gate": 'if lesson.machine_gpus("names"):\n'
-                                           "    for i in range(torch.cuda.device_count()):\n"
-                                           "        print(torch.cuda.get_device_properties(i).name)",
+    "    for i in range(torch.cuda.device_count()):\n"
+    "        print(torch.cuda.get_device_properties(i).name)",
     "names that need no GPU": "print(torch.cuda.is_available(), torch.cuda.device_count(), torch.cuda.get_arch_list())"
-                              '\nraise torch.cuda.OutOfMemoryError("simulated")',
-    "magics": '%%writefile s.py\nimport torch\ntorch.cuda.synchronize()',
-    "a shell line": '!nvidia-smi\nprint(1)',
+    '\nraise torch.cuda.OutOfMemoryError("simulated")',
+    "magics": "%%writefile s.py\nimport torch\ntorch.cuda.synchronize()",
+    "a shell line": "!nvidia-smi\nprint(1)",
 }
 
 

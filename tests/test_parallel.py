@@ -71,7 +71,6 @@ def test_round_trip_from_data_parallel_into_a_plain_model() -> None:
         assert torch.equal(p, q.cpu()), name
 
 
-
 def _lesson06_data_parallel(gpu_ids: list[int]):
     """Lesson 06's ``data_parallel``, defined from its cell with the lesson's ``gpu_ids``."""
     import nbformat
@@ -101,6 +100,7 @@ def test_lesson06_wraps_with_the_lessons_gpus(monkeypatch) -> None:
     monkeypatch.setattr(nn.DataParallel, "__init__", lambda self, *a, **k: taken.append(k) or nn.Module.__init__(self))
     _lesson06_data_parallel([0, 1])(MLP())
     assert taken == [{"device_ids": [0, 1], "output_device": 0}]
+
 
 @pytest.mark.parametrize(
     ("batch", "gpus", "expected"),

@@ -52,9 +52,7 @@ def test_findings_when_pinning_in_the_loop_is_slower() -> None:
 
 
 def test_findings_within_the_spread_claim_no_difference() -> None:
-    in_loop, already = pinning.pinning_findings(
-        _times(plain=20 * US, in_loop=21 * US, pinned=20.5 * US, jitter=1 * US)
-    )
+    in_loop, already = pinning.pinning_findings(_times(plain=20 * US, in_loop=21 * US, pinned=20.5 * US, jitter=1 * US))
     assert in_loop == (
         "Pinning each batch in the loop, then copying it, made no clear difference to a plain copy: 21.0 us against "
         "20.0 us per batch, and the repeats overlap."

@@ -200,8 +200,9 @@ def machine_with_a_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
 
 
-@pytest.mark.parametrize(("device", "expected"), [("cuda", "cuda:0"), ("cuda:1", "cuda:1"),
-                                                  ("cpu", "meta"), ("mps", "meta")])
+@pytest.mark.parametrize(
+    ("device", "expected"), [("cuda", "cuda:0"), ("cuda:1", "cuda:1"), ("cpu", "meta"), ("mps", "meta")]
+)
 def test_gpu_or_meta_uses_the_gpu_only_for_a_lesson_on_cuda(machine_with_a_gpu, device, expected):
     assert placement.gpu_or_meta(device) == torch.device(expected)
 

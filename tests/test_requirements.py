@@ -70,6 +70,13 @@ def test_ruff_is_clean_on_code_and_notebooks():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_python_files_are_formatted_by_ruff():
+    out = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "."], cwd=ROOT, capture_output=True, text=True
+    )
+    assert out.returncode == 0, "run `.venv/bin/ruff format .`:\n" + out.stdout + out.stderr
+
+
 def test_site_requirements_are_pinned_and_agree_with_the_lock():
     site = _requirements((ROOT / "requirements-site.txt").read_text().splitlines())
     lock = _requirements((ROOT / "requirements-lock.txt").read_text().splitlines())
@@ -81,7 +88,6 @@ def test_site_requirements_are_pinned_and_agree_with_the_lock():
             assert lock[name].specifier == req.specifier, (
                 f"{name}: {req.specifier} here, {lock[name].specifier} in the lock"
             )
-
 
 
 def test_the_installed_package_is_helpers_without_the_maintainer_tooling():

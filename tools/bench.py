@@ -1,7 +1,7 @@
 """The data-pipeline benchmark of lesson 05 (``helpers.bench``) from a terminal; run from the clone's root.
 
-    python -m tools.bench                 # MNIST on the device pick_device() chooses
-    python -m tools.bench --quick --dataset FashionMNIST --device cpu
+python -m tools.bench                 # MNIST on the device pick_device() chooses
+python -m tools.bench --quick --dataset FashionMNIST --device cpu
 """
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ def write_ref(root: Path, ref: str) -> bool:
         return False
     text = path.read_text(encoding="utf-8")
     if not _REF_LINE.search(text):
-        raise SystemExit(f"{path}: no line REF = \"...\" to rewrite")
+        raise SystemExit(f'{path}: no line REF = "..." to rewrite')
     path.write_text(_REF_LINE.sub(f'REF = "{ref}"', text, count=1), encoding="utf-8")
     return True
 
@@ -166,10 +166,12 @@ def pip_said(output: str) -> str:
     last line, pip's first ERROR, or what did not run; never pip's closing note, and without colour codes."""
     lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output).splitlines()]
     block = "\n".join(lines).partition(" of output]\n")[2].partition("[end of output]")[0].split("\n")[::-1]
+    # fmt: off
     network = ("(Could not resolve host|Failed to establish a new connection|Temporary failure in name resolution|"
                "Name or service not known|Network is unreachable|Connection refused|timed out|certificate verify)")
     order = (("^fatal: .+", lines), (network + "[^'\"]*", lines), ("^Hint: .+", lines), (".+", block),
              ("^ERROR: .+", lines), (r".+ did not run successfully\.$", lines), ("^(?!note:).+", lines[::-1]))
+    # fmt: on
     for pattern, among in order:
         for line in among:
             if found := re.search(pattern, line):
@@ -306,7 +308,7 @@ def problems(
     setup = _setup_cell(nb)
     parts = _split_bootstrap(setup.source) if setup else None
     if parts is None:
-        found.append("first code cell has no bootstrap block (if importlib.util.find_spec(\"helpers\") is None:)")
+        found.append('first code cell has no bootstrap block (if importlib.util.find_spec("helpers") is None:)')
     elif setup.source != _with_bootstrap(parts[1], url, ref, version):
         found.append(f"bootstrap lines of the setup cell differ from the canonical text for {ref}, version {version}")
     return found
@@ -344,9 +346,7 @@ def lesson_title(nb: nbformat.NotebookNode) -> str:
     return first.lstrip("#").strip() or "(untitled)"
 
 
-def course_map(
-    url: str, notebooks: list[Path], root: Path = ROOT, doc_dir: Path | None = None, ref: str = REF
-) -> str:
+def course_map(url: str, notebooks: list[Path], root: Path = ROOT, doc_dir: Path | None = None, ref: str = REF) -> str:
     """A markdown table: each lesson, its Colab and Kaggle badges, and its path for local JupyterLab."""
     rows = ["| Lesson | Colab | Kaggle | Local JupyterLab |", "|---|---|---|---|"]
     for path in notebooks:

@@ -60,11 +60,13 @@ def check_padding_mask(
     lengths' device (checked on ``device``, then on the GPU or the meta device)."""
     from helpers.placement import gpu_or_meta
 
+    hint = "make the positions on lengths.device: torch.arange(max_len, device=lengths.device)"
+    on_accelerator = f"; {hint}" if torch.device(device).type != "cpu" else ""  # a mismatch there is the likely cause
     cases = [([3, 0, 5, 1], 5), ([2], 2), ([0, 4], 4)]  # an empty sequence, and sequences as long as max_len
     for values, max_len in cases:
         lengths = torch.tensor(values, device=device)
         expected = torch.arange(max_len, device=device)[None, :] < lengths[:, None]  # (B, max_len)
-        with learner_code(f"with lengths {values} it raised "):
+        with learner_code(f"with lengths {values} it raised ", on_accelerator):
             out = padding_mask(lengths, max_len)
         if not isinstance(out, torch.Tensor):
             return f"it should return a tensor, got {type(out).__name__}"
@@ -84,7 +86,6 @@ def check_padding_mask(
             )
     # The real GPU where there is one, else the meta device: a tensor made on the CPU inside the function shows up.
     other = gpu_or_meta(device)
-    hint = "make the positions on lengths.device: torch.arange(max_len, device=lengths.device)"
     lengths = torch.tensor([3, 0, 5, 1], device=other)
     with learner_code(f"with lengths on {other} it raised ", f"; {hint}"):
         out = padding_mask(lengths, 5)

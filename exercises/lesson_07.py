@@ -87,6 +87,7 @@ def _global_mean_rank(fn: Callable, rank: int, store: str, losses: torch.Tensor,
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2, timeout=timeout)
         try:
             conn.send(("ok", float(fn(losses))))
+            dist.barrier()  # an answer that runs no collective: neither rank leaves while the other still connects
         finally:
             dist.destroy_process_group()
     except Exception as err:  # the learner's code, in another process: the error goes back as text

@@ -112,7 +112,9 @@ def check_flip_half(flip_half: Callable | None, device: torch.device) -> str | N
     for where in (torch.device(device), torch.device("meta")):
         X = torch.arange(512 * 2 * 4 * 6, dtype=torch.float32, device=where).reshape(512, 2, 4, 6)  # (B, C, H, W)
         on = where if where.type != "meta" else torch.device("cpu")  # meta has no generator; its ops take a CPU one
-        with learner_code(f"on {where} it raised "):
+        # On a GPU a mask made on the CPU meets the GPU's generator and raises: say where to make it.
+        hint = "; the generator is on X's device: make the random mask with device=X.device" if on.type != "cpu" else ""
+        with learner_code(f"on {where} it raised ", hint):
             with Recorder() as recorder:
                 out = flip_half(X, torch.Generator(device=on).manual_seed(0))
             again = flip_half(X, torch.Generator(device=on).manual_seed(0))

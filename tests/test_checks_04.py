@@ -112,6 +112,13 @@ def test_padding_mask_wrong_answers(capsys):
     assert check(lambda n, m: 1 / 0, CPU) is False
     assert "ZeroDivisionError" in capsys.readouterr().out
     assert check(lambda n, m: [[True] * m] * len(n), CPU) is False
+    capsys.readouterr()
+    # When the lesson runs on an accelerator the first run already meets the mismatch: its hint names the fix there,
+    # and an error on the CPU, which no device explains, gets none.
+    assert check(arange_on_the_cpu, torch.device("meta")) is False
+    assert "it raised RuntimeError" in (out := capsys.readouterr().out) and "device=lengths.device" in out
+    assert check(lambda n, m: 1 / 0, CPU) is False
+    assert "device=lengths.device" not in capsys.readouterr().out
 
 
 def test_padding_mask_leaves_the_gpu_alone_when_the_lesson_runs_on_the_cpu(monkeypatch, capsys):

@@ -33,7 +33,7 @@ from torch import nn
 
 from helpers import arguments, devices
 from helpers.lesson import format_rows
-from helpers.timing import KEPT, NO_CLEAR_DIFFERENCE, SLOWER, compare, format_seconds
+from helpers.timing import KEPT, NO_CLEAR_DIFFERENCE, SLOWER, compare, format_seconds, time_on_device
 
 
 @dataclass(frozen=True)
@@ -254,11 +254,25 @@ def sized_epochs(device: torch.device, quick: bool) -> int:
 
 
 def one_cycle_plan(device: torch.device, quick: bool) -> dict[str, Any]:
-    """Rung 3's change: SGD with a one-cycle schedule over a 3-epoch budget, and a bigger batch. 512 where a step's
-    fixed cost dominates (a GPU: lesson 08's launch-bound steps); on a CPU, whose step time grows with the batch and
-    whose dense net needs many updates, 128."""
+    """The one-cycle rung's change: SGD with a one-cycle schedule, and a bigger batch. 512 where a step's fixed cost
+    dominates (a GPU: lesson 08's launch-bound steps); on a CPU, whose step time grows with the batch and whose dense
+    net needs many updates, 128. Its epoch budget is set when it runs, from the kept rung (``epochs_for_steps``)."""
     size = 128 if device.type == "cpu" and not quick else 512
-    return {"batch_size": size, "optimizer": "SGD+OneCycle", "epochs": 3}
+    return {"batch_size": size, "optimizer": "SGD+OneCycle"}
+
+
+def epochs_for_steps(steps: int, batch: int, train_size: int, quick: bool) -> int:
+    """The fewest epochs of ``train_size`` images in batches of ``batch`` that give at least ``steps`` steps, counting
+    quick mode's ``QUICK_EPOCHS`` (``run_recipe`` multiplies the budget by it).
+
+    The one-cycle rung's budget: as many steps as the kept rung took to reach the target in its slowest seed (its
+    whole budget where it missed), each on a bigger batch. A one-cycle schedule anneals the learning rate over the
+    whole budget and is least accurate while the rate is high, so a budget far shorter than that ends below the
+    target; the run stops as soon as the target is reached, so a longer one costs only the steps actually taken."""
+    if steps < 1 or batch < 1 or train_size < 1:
+        raise ValueError(f"need steps, batch and train_size of at least 1, got {steps}, {batch} and {train_size}.")
+    per_epoch = math.ceil(train_size / batch) * (QUICK_EPOCHS if quick else 1)
+    return math.ceil(steps / per_epoch)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -290,6 +304,15 @@ class Rung:
     change: dict[str, Any]
     mechanism: str
     """Why the change could pay: the lesson it comes from."""
+    epochs_from_kept: bool = False
+    """The epoch budget is set when the rung runs: ``epochs_for_steps`` of the kept rung's steps to the target."""
+
+    def describe(self) -> str:
+        """What the rung changes, for a listing of the ladder."""
+        if not self.change:
+            return "nothing: the baseline"
+        budget = "; epochs: as many steps as the kept rung's slowest seed took" if self.epochs_from_kept else ""
+        return f"{self.change}{budget}"
 
 
 def _rung_dtype(device: torch.device) -> torch.dtype | None:
@@ -315,23 +338,30 @@ def precision_mechanism(device: torch.device) -> str:
     return f"lesson 08: 16-bit matrix products and convolutions, {cores}"
 
 
-def ladder(device: torch.device, quick: bool) -> list[Rung]:
-    """The rungs, in order. Rung 1's network and budget, rung 3's batch and rung 4's 16-bit type depend on the device.
+def ladder(device: torch.device, quick: bool, data_first: bool = False) -> list[Rung]:
+    """The rungs, in order. The sized network and its budget, the one-cycle rung's batch and the precision rung's
+    16-bit type depend on the device; the one-cycle rung's epochs on the kept rung (``epochs_for_steps``).
 
-    The network comes before the data: a rung can pay only when the part it speeds up is what limits the step, and
-    where the examples CNN takes most of the step time, feeding it faster hardly shows. Once the network suits the
-    device, the data pipeline is what is left to cut."""
+    A rung can pay only where the step spends its time, so the order of the first two is measured, not assumed
+    (``measure_loader_share``, ``LoaderShare.data_first``): where the baseline's DataLoader takes most of each step,
+    the data goes on the device first, since a different network cannot show what it costs or saves while every step
+    waits for the loader; otherwise the network comes first, since feeding a step the network dominates faster hardly
+    shows until a cheaper network has taken its place."""
+    network = ("network sized for the device", {"model": "sized", "epochs": sized_epochs(device, quick)},
+               "lesson 08: arithmetic shaped for the hardware: wide conv-BatchNorm layers where a GPU has arithmetic "
+               "to spare, dense matrix products where a CPU has little")
+    data = ("data on the device", {"loader": "resident"},
+            "lesson 05: no per-sample Python work and no copy per batch; the images are converted once. It pays "
+            "when feeding the data, not the network, limits the step")
+    first, second = (data, network) if data_first else (network, data)
     return [
         Rung("0 pytorch/examples loop", {}, "the baseline: the loop of pytorch/examples mnist/main.py"),
-        Rung("1 network sized for the device", {"model": "sized", "epochs": sized_epochs(device, quick)},
-             "lesson 08: arithmetic shaped for the hardware: wide conv-BatchNorm layers where a GPU has arithmetic to "
-             "spare, dense matrix products where a CPU has little"),
-        Rung("2 data on the device", {"loader": "resident"},
-             "lesson 05: no per-sample Python work and no copy per batch; the images are converted once. It pays "
-             "when feeding the data, not the network, limits the step"),
+        Rung(f"1 {first[0]}", *first[1:]),
+        Rung(f"2 {second[0]}", *second[1:]),
         Rung("3 bigger batch + one-cycle", one_cycle_plan(device, quick),
              "lessons 05 and 08: a step's fixed cost is paid less often; the one-cycle schedule lets the larger "
-             "batch train with a high learning rate, and ends within a short budget"),
+             "batch train with a high learning rate, over as many steps as the kept rung needed",
+             epochs_from_kept=True),
         Rung(f"4 {precision_name(device)}", {"mixed_precision": True}, precision_mechanism(device)),
         Rung("5 fused optimizer", {"fused": True},
              "lesson 08: one kernel for the whole update instead of one per tensor"),
@@ -353,6 +383,10 @@ def skip_reason(recipe: Recipe, device: torch.device, dataset: str | None = None
     if recipe.fused and recipe.optimizer != "SGD+OneCycle":
         return (f"the fused update is tried with SGD, and the kept recipe trains with {recipe.optimizer.split('+')[0]} "
                 "(the one-cycle rung was not kept)")
+    if recipe.test_flips and not recipe.flips:
+        return ("the random-flips rung was not kept, so the kept recipe never trained on mirrored images, and "
+                "averaging in the scores of mirrored test images would score the model on images unlike any it learnt "
+                "from")
     if recipe.fused:
         try:
             torch.optim.SGD([torch.zeros(1, device=device, requires_grad=True)], lr=0.1, fused=True)
@@ -527,6 +561,80 @@ def run_recipe(recipe: Recipe, data: Data, device: torch.device, target: float, 
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# The order of the first two rungs
+
+DATA_FIRST_SHARE = 0.5
+"""The data rung comes first when making and copying a batch takes more than this share of the baseline's step: most
+of it, the line lesson 05's benchmark draws for "feeding the data is still most of the step"."""
+
+
+@dataclass(frozen=True)
+class LoaderShare:
+    """The baseline's step in two parts (medians of repeats): making a batch with its DataLoader and copying it to the
+    device, then the training step on a batch already there."""
+
+    feed_s: float
+    step_s: float
+
+    @property
+    def share(self) -> float:
+        """The loader's share of the step: feed / (feed + step)."""
+        total = self.feed_s + self.step_s
+        return self.feed_s / total if total > 0 else 0.0
+
+    @property
+    def data_first(self) -> bool:
+        """Whether the data rung comes before the network rung: the loader takes most of the step."""
+        return self.share > DATA_FIRST_SHARE
+
+    def line(self) -> str:
+        """The measured split and the order it implies, in one sentence."""
+        split = (f"The baseline's step: making a batch with the DataLoader and copying it to the device "
+                 f"{format_seconds(self.feed_s)}, the training step on a batch already there "
+                 f"{format_seconds(self.step_s)}. The loader takes {self.share:.0%} of the step")
+        if self.data_first:
+            return (f"{split}, more than {DATA_FIRST_SHARE:.0%}: data on the device comes first (rung 1), because "
+                    "while every step waits for the loader a different network cannot show what it costs or saves; "
+                    "the network sized for the device comes after it (rung 2).")
+        return (f"{split}, at most {DATA_FIRST_SHARE:.0%}: the network sized for the device comes first (rung 1), "
+                f"because feeding the data faster can save at most that {self.share:.0%} while the network takes the "
+                "rest; data on the device comes after it (rung 2).")
+
+
+def measure_loader_share(data: Data, device: torch.device, quick: bool, repeats: int = 10,
+                         seed: int = 0) -> LoaderShare:
+    """Time the baseline recipe's step in two parts on ``device`` (``timing.time_on_device``: medians of ``repeats``
+    after a warm-up, as lesson 05 splits a step): its DataLoader making one batch and the copy of it to the device,
+    then one training step of a fresh baseline model on a batch already on the device."""
+    from torch.utils.data import DataLoader
+
+    recipe = Recipe()
+    torch.manual_seed(seed)
+    model = build_model(recipe, device, quick)
+    opt, _ = build_optimizer(recipe, model, total_steps=1)
+    loader = DataLoader(data.train, batch_size=batch_size(recipe, len(data.train)), shuffle=True,
+                        generator=torch.Generator().manual_seed(seed))
+
+    def endless() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        while True:
+            yield from loader
+
+    batches = endless()
+    feed = time_on_device(lambda: [t.to(device) for t in next(batches)], device, repeats=repeats, warmup=2)
+    X, y = (t.to(device) for t in next(batches))
+
+    def step() -> None:
+        loss = F.cross_entropy(model(X), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    model.train()
+    train = time_on_device(step, device, repeats=repeats, warmup=2)
+    return LoaderShare(feed.median, train.median)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # The ladder
 
 
@@ -557,12 +665,18 @@ def run_ladder(data: Data, device: torch.device, target: float, seeds: Sequence[
                rungs: Sequence[Rung] | None = None, run: Callable[..., Attempt] = run_recipe,
                progress: Callable[[str, int], None] = lambda name, runs: None) -> list[RungResult]:
     """Run every rung for every seed. A rung changes the last *kept* recipe, and is kept only when it beats it; a rung
-    the device or the dataset (``data.name``) cannot use is skipped with the reason."""
+    the device or the dataset (``data.name``) cannot use is skipped with the reason. A rung with ``epochs_from_kept``
+    gets the fewest epochs that give it as many steps as the kept rung took in its slowest seed (``epochs_for_steps``).
+    Without ``rungs``, the ladder in its network-first order."""
     results: list[RungResult] = []
     kept: RungResult | None = None
     dataset = getattr(data, "name", None)
     for rung in rungs if rungs is not None else ladder(device, quick):
         recipe = dataclasses.replace(kept.recipe if kept else Recipe(), **rung.change)
+        if rung.epochs_from_kept and kept is not None and kept.attempts:
+            size = len(data.train)
+            steps = max(a.steps for a in kept.attempts)
+            recipe = dataclasses.replace(recipe, epochs=epochs_for_steps(steps, batch_size(recipe, size), size, quick))
         reason = skip_reason(recipe, device, dataset)
         if reason:
             results.append(RungResult(rung, recipe, [], SKIPPED, skipped=reason))
@@ -648,7 +762,7 @@ def plot_ladder(results: Sequence[RungResult], target: float, ax=None):
     import matplotlib.pyplot as plt
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(7.4, 4.0), layout="constrained")
+        _, ax = plt.subplots(figsize=(9.0, 4.0), layout="constrained")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, r in enumerate(x for x in results if not x.skipped):
         color = colors[i % len(colors)]
@@ -661,7 +775,7 @@ def plot_ladder(results: Sequence[RungResult], target: float, ax=None):
     ax.set_ylabel("test accuracy")
     ax.set_ylim(max(0.0, target - 0.25), 1.0)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # outside: covers no line
     return ax
 
 
@@ -724,7 +838,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tqdm.auto import tqdm
 
     seeds = list(range(args.runs))
-    rungs = ladder(device, args.quick)
+    split = measure_loader_share(data, device, args.quick)
+    print(split.line())
+    rungs = ladder(device, args.quick, data_first=split.data_first)
     bar = tqdm(total=len(rungs) * len(seeds), unit="run", file=sys.stderr, disable=args.no_progress)
 
     def tick(name: str, runs: int) -> None:
@@ -739,7 +855,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(speedup_line(results, target))
     if args.json:
         record = {"hardware": hardware(device), "dataset": dataset, "target": target, "quick": args.quick,
-                  "seeds": seeds, "rungs": [r.figures() for r in results],
+                  "seeds": seeds, "loader_share": {**dataclasses.asdict(split), "share": split.share,
+                                                   "data_first": split.data_first},
+                  "rungs": [r.figures() for r in results],
                   "summary": speedup_line(results, target)}
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1, default=str)

@@ -131,12 +131,13 @@ def test_verdict_needs_times():
 
 @pytest.mark.parametrize("device", ["cpu", "cuda", "mps"])
 @pytest.mark.parametrize("quick", [False, True])
-def test_each_rung_changes_one_thing_and_the_ladder_builds_on_kept_rungs(device, quick, monkeypatch):
+@pytest.mark.parametrize("data_first", [False, True])
+def test_each_rung_changes_one_thing_and_the_ladder_builds_on_kept_rungs(device, quick, data_first, monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))  # a T4, for "cuda"
     fields = set(speedrun.Recipe.__dataclass_fields__)
-    rungs = speedrun.ladder(torch.device(device), quick)
+    rungs = speedrun.ladder(torch.device(device), quick, data_first=data_first)
     assert [r.name.split()[0] for r in rungs] == [str(i) for i in range(len(rungs))]
     for rung in rungs[1:]:
         assert set(rung.change) <= fields
@@ -188,7 +189,7 @@ def test_run_ladder_keeps_only_what_pays_and_changes_the_last_kept_recipe():
         speedrun.Rung("0 base", {}, "baseline"),
         speedrun.Rung("1 faster", {"loader": "resident"}, "m"),
         speedrun.Rung("2 noise", {"label_smoothing": 0.1}, "m"),
-        speedrun.Rung("3 faster again", {"test_flips": True}, "m"),
+        speedrun.Rung("3 faster again", {"flips": True}, "m"),
     ]
     times = {"0 base": [10.0, 11.0], "1 faster": [5.0, 5.5], "2 noise": [4.9, 5.6], "3 faster again": [2.0, 2.2]}
     seen = []

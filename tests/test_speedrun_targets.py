@@ -49,7 +49,7 @@ def _fake_run(calls):
 @pytest.mark.parametrize("quick", [False, True])
 def test_the_flip_rungs_do_not_run_on_mnist(quick):
     calls: list[speedrun.Recipe] = []
-    data = speedrun.Data(None, None, "MNIST")
+    data = speedrun.Data(range(60_000), None, "MNIST")  # a length for the one-cycle rung's budget
     results = speedrun.run_ladder(data, CPU, 0.99, [0], quick, run=_fake_run(calls))
     flips = [r for r in results if r.rung.change.get("flips") or r.rung.change.get("test_flips")]
     assert len(flips) == 2
@@ -62,7 +62,7 @@ def test_the_flip_rungs_do_not_run_on_mnist(quick):
 
 def test_the_flip_rungs_run_on_fashion_mnist():
     calls: list[speedrun.Recipe] = []
-    results = speedrun.run_ladder(speedrun.Data(None, None, "FashionMNIST"), CPU, 0.88, [0], False,
+    results = speedrun.run_ladder(speedrun.Data(range(60_000), None, "FashionMNIST"), CPU, 0.88, [0], False,
                                   run=_fake_run(calls))
     flips = [r for r in results if r.rung.change.get("flips") or r.rung.change.get("test_flips")]
     assert [r.skipped for r in flips] == [None, None]
@@ -171,6 +171,7 @@ def _cli_target(monkeypatch, tmp_path, *args: str) -> tuple[float, dict]:
         return [speedrun.RungResult(rungs[0], speedrun.Recipe(), [attempt] * len(seeds), "baseline")]
 
     monkeypatch.setattr(speedrun, "load_data", lambda name, quick: speedrun.Data(None, None, name))
+    monkeypatch.setattr(speedrun, "measure_loader_share", lambda data, device, quick: speedrun.LoaderShare(1.0, 3.0))
     monkeypatch.setattr(speedrun, "run_ladder", fake_ladder)
     out = tmp_path / "record.json"
     assert speedrun.main([*args, "--device", "cpu", "--no-progress", "--json", str(out)]) == 0

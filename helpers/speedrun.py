@@ -213,8 +213,12 @@ class ConvBNNet(nn.Module):
         layers: list[nn.Module] = []
         cin = 1
         for w in widths:
-            layers += [nn.Conv2d(cin, w, 3, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(inplace=True),
-                       nn.MaxPool2d(2)]
+            layers += [
+                nn.Conv2d(cin, w, 3, padding=1, bias=False),
+                nn.BatchNorm2d(w),
+                nn.ReLU(inplace=True),
+                nn.MaxPool2d(2),
+            ]
             cin = w
         self.features = nn.Sequential(*layers)  # (B, 1, 28, 28) -> (B, w3, 3, 3)
         self.head = nn.Linear(cin, num_classes)
@@ -347,46 +351,68 @@ def ladder(device: torch.device, quick: bool, data_first: bool = False) -> list[
     the data goes on the device first, since a different network cannot show what it costs or saves while every step
     waits for the loader; otherwise the network comes first, since feeding a step the network dominates faster hardly
     shows until a cheaper network has taken its place."""
-    network = ("network sized for the device", {"model": "sized", "epochs": sized_epochs(device, quick)},
-               "lesson 08: arithmetic shaped for the hardware: wide conv-BatchNorm layers where a GPU has arithmetic "
-               "to spare, dense matrix products where a CPU has little")
-    data = ("data on the device", {"loader": "resident"},
-            "lesson 05: no per-sample Python work and no copy per batch; the images are converted once. It pays "
-            "when feeding the data, not the network, limits the step")
+    network = (
+        "network sized for the device",
+        {"model": "sized", "epochs": sized_epochs(device, quick)},
+        "lesson 08: arithmetic shaped for the hardware: wide conv-BatchNorm layers where a GPU has arithmetic "
+        "to spare, dense matrix products where a CPU has little",
+    )
+    data = (
+        "data on the device",
+        {"loader": "resident"},
+        "lesson 05: no per-sample Python work and no copy per batch; the images are converted once. It pays "
+        "when feeding the data, not the network, limits the step",
+    )
     first, second = (data, network) if data_first else (network, data)
     return [
         Rung("0 pytorch/examples loop", {}, "the baseline: the loop of pytorch/examples mnist/main.py"),
         Rung(f"1 {first[0]}", *first[1:]),
         Rung(f"2 {second[0]}", *second[1:]),
-        Rung("3 bigger batch + one-cycle", one_cycle_plan(device, quick),
-             "lessons 05 and 08: a step's fixed cost is paid less often; the one-cycle schedule lets the larger "
-             "batch train with a high learning rate, over as many steps as the kept rung needed",
-             epochs_from_kept=True),
+        Rung(
+            "3 bigger batch + one-cycle",
+            one_cycle_plan(device, quick),
+            "lessons 05 and 08: a step's fixed cost is paid less often; the one-cycle schedule lets the larger "
+            "batch train with a high learning rate, over as many steps as the kept rung needed",
+            epochs_from_kept=True,
+        ),
         Rung(f"4 {precision_name(device)}", {"mixed_precision": True}, precision_mechanism(device)),
-        Rung("5 fused optimizer", {"fused": True},
-             "lesson 08: one kernel for the whole update instead of one per tensor"),
-        Rung("6 random flips on the device", {"flips": True},
-             "augmentation made on the device: more varied images for no copy"),
+        Rung(
+            "5 fused optimizer", {"fused": True}, "lesson 08: one kernel for the whole update instead of one per tensor"
+        ),
+        Rung(
+            "6 random flips on the device",
+            {"flips": True},
+            "augmentation made on the device: more varied images for no copy",
+        ),
         Rung("7 label smoothing", {"label_smoothing": 0.1}, "softer targets that keep the net from over-confidence"),
-        Rung("8 test-time flips", {"test_flips": True},
-             "average the scores of each test image and its mirror; costs evaluation time only"),
+        Rung(
+            "8 test-time flips",
+            {"test_flips": True},
+            "average the scores of each test image and its mirror; costs evaluation time only",
+        ),
     ]
 
 
 def skip_reason(recipe: Recipe, device: torch.device, dataset: str | None = None) -> str | None:
     """Why ``recipe`` cannot run on ``device`` with ``dataset`` (None if it can)."""
     if (recipe.flips or recipe.test_flips) and dataset in DATASETS and not DATASETS[dataset].mirror_keeps_label:
-        return (f"a mirrored image is not always of its class on {dataset} (a mirrored 2, 3 or 7 is not that digit), "
-                "so flips would train on wrong labels")
+        return (
+            f"a mirrored image is not always of its class on {dataset} (a mirrored 2, 3 or 7 is not that digit), "
+            "so flips would train on wrong labels"
+        )
     if recipe.mixed_precision and device.type != "cuda":
         return f"mixed precision is tried on CUDA GPUs only; on {device.type} lesson 08 measures autocast instead"
     if recipe.fused and recipe.optimizer != "SGD+OneCycle":
-        return (f"the fused update is tried with SGD, and the kept recipe trains with {recipe.optimizer.split('+')[0]} "
-                "(the one-cycle rung was not kept)")
+        return (
+            f"the fused update is tried with SGD, and the kept recipe trains with {recipe.optimizer.split('+')[0]} "
+            "(the one-cycle rung was not kept)"
+        )
     if recipe.test_flips and not recipe.flips:
-        return ("the random-flips rung was not kept, so the kept recipe never trained on mirrored images, and "
-                "averaging in the scores of mirrored test images would score the model on images unlike any it learnt "
-                "from")
+        return (
+            "the random-flips rung was not kept, so the kept recipe never trained on mirrored images, and "
+            "averaging in the scores of mirrored test images would score the model on images unlike any it learnt "
+            "from"
+        )
     if recipe.fused:
         try:
             torch.optim.SGD([torch.zeros(1, device=device, requires_grad=True)], lr=0.1, fused=True)
@@ -460,8 +486,9 @@ def batch_size(recipe: Recipe, train_size: int) -> int:
     return max(1, min(recipe.batch_size, train_size // 8))
 
 
-def training_steps(recipe: Recipe, model: nn.Module, data: Data, device: torch.device,
-                   seed: int) -> tuple[Iterator[None], int]:
+def training_steps(
+    recipe: Recipe, model: nn.Module, data: Data, device: torch.device, seed: int
+) -> tuple[Iterator[None], int]:
     """An iterator that performs one training step per ``next()``, and its total number of steps."""
     size = batch_size(recipe, len(data.train))
     from torch.utils.data import DataLoader
@@ -524,8 +551,9 @@ def evaluator(recipe: Recipe, model: nn.Module, data: Data, device: torch.device
     return evaluate
 
 
-def warmup_call(recipe: Recipe, model: nn.Module, device: torch.device, batch: int,
-                calls: int = 2) -> Callable[[], None]:
+def warmup_call(
+    recipe: Recipe, model: nn.Module, device: torch.device, batch: int, calls: int = 2
+) -> Callable[[], None]:
     """First calls of a training step on a throwaway copy of the model, so one-off costs are paid and timed apart."""
 
     def warmup() -> None:
@@ -546,8 +574,9 @@ def warmup_call(recipe: Recipe, model: nn.Module, device: torch.device, batch: i
     return warmup
 
 
-def run_recipe(recipe: Recipe, data: Data, device: torch.device, target: float, seed: int, quick: bool,
-               evals_per_epoch: int = 4) -> Attempt:
+def run_recipe(
+    recipe: Recipe, data: Data, device: torch.device, target: float, seed: int, quick: bool, evals_per_epoch: int = 4
+) -> Attempt:
     """Train ``recipe`` once from ``seed`` and time it to ``target`` test accuracy (``QUICK_EPOCHS`` x the budget)."""
     if quick:
         recipe = dataclasses.replace(recipe, epochs=recipe.epochs * QUICK_EPOCHS)
@@ -556,8 +585,15 @@ def run_recipe(recipe: Recipe, data: Data, device: torch.device, target: float, 
     steps, total = training_steps(recipe, model, data, device, seed)
     eval_every = max(1, math.ceil(total / recipe.epochs / evals_per_epoch))
     warmup = warmup_call(recipe, model, device, batch_size(recipe, len(data.train)))
-    return time_to_accuracy(steps, evaluator(recipe, model, data, device), target, eval_every, total,
-                            warmup=warmup, sync=lambda: devices.synchronize(device))
+    return time_to_accuracy(
+        steps,
+        evaluator(recipe, model, data, device),
+        target,
+        eval_every,
+        total,
+        warmup=warmup,
+        sync=lambda: devices.synchronize(device),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -589,20 +625,27 @@ class LoaderShare:
 
     def line(self) -> str:
         """The measured split and the order it implies, in one sentence."""
-        split = (f"The baseline's step: making a batch with the DataLoader and copying it to the device "
-                 f"{format_seconds(self.feed_s)}, the training step on a batch already there "
-                 f"{format_seconds(self.step_s)}. The loader takes {self.share:.0%} of the step")
+        split = (
+            f"The baseline's step: making a batch with the DataLoader and copying it to the device "
+            f"{format_seconds(self.feed_s)}, the training step on a batch already there "
+            f"{format_seconds(self.step_s)}. The loader takes {self.share:.0%} of the step"
+        )
         if self.data_first:
-            return (f"{split}, more than {DATA_FIRST_SHARE:.0%}: data on the device comes first (rung 1), because "
-                    "while every step waits for the loader a different network cannot show what it costs or saves; "
-                    "the network sized for the device comes after it (rung 2).")
-        return (f"{split}, at most {DATA_FIRST_SHARE:.0%}: the network sized for the device comes first (rung 1), "
-                f"because feeding the data faster can save at most that {self.share:.0%} while the network takes the "
-                "rest; data on the device comes after it (rung 2).")
+            return (
+                f"{split}, more than {DATA_FIRST_SHARE:.0%}: data on the device comes first (rung 1), because "
+                "while every step waits for the loader a different network cannot show what it costs or saves; "
+                "the network sized for the device comes after it (rung 2)."
+            )
+        return (
+            f"{split}, at most {DATA_FIRST_SHARE:.0%}: the network sized for the device comes first (rung 1), "
+            f"because feeding the data faster can save at most that {self.share:.0%} while the network takes the "
+            "rest; data on the device comes after it (rung 2)."
+        )
 
 
-def measure_loader_share(data: Data, device: torch.device, quick: bool, repeats: int = 10,
-                         seed: int = 0) -> LoaderShare:
+def measure_loader_share(
+    data: Data, device: torch.device, quick: bool, repeats: int = 10, seed: int = 0
+) -> LoaderShare:
     """Time the baseline recipe's step in two parts on ``device`` (``timing.time_on_device``: medians of ``repeats``
     after a warm-up, as lesson 05 splits a step): its DataLoader making one batch and the copy of it to the device,
     then one training step of a fresh baseline model on a batch already on the device."""
@@ -612,8 +655,12 @@ def measure_loader_share(data: Data, device: torch.device, quick: bool, repeats:
     torch.manual_seed(seed)
     model = build_model(recipe, device, quick)
     opt, _ = build_optimizer(recipe, model, total_steps=1)
-    loader = DataLoader(data.train, batch_size=batch_size(recipe, len(data.train)), shuffle=True,
-                        generator=torch.Generator().manual_seed(seed))
+    loader = DataLoader(
+        data.train,
+        batch_size=batch_size(recipe, len(data.train)),
+        shuffle=True,
+        generator=torch.Generator().manual_seed(seed),
+    )
 
     def endless() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         while True:
@@ -655,15 +702,26 @@ class RungResult:
     def figures(self) -> dict[str, Any]:
         """Everything measured for this rung, for JSON."""
         return {
-            "rung": self.rung.name, "change": self.rung.change, "verdict": self.verdict, "skipped": self.skipped,
-            "compared_with": self.compared_with, "recipe": dataclasses.asdict(self.recipe),
+            "rung": self.rung.name,
+            "change": self.rung.change,
+            "verdict": self.verdict,
+            "skipped": self.skipped,
+            "compared_with": self.compared_with,
+            "recipe": dataclasses.asdict(self.recipe),
             "runs": [dataclasses.asdict(a) for a in self.attempts],
         }
 
 
-def run_ladder(data: Data, device: torch.device, target: float, seeds: Sequence[int], quick: bool,
-               rungs: Sequence[Rung] | None = None, run: Callable[..., Attempt] = run_recipe,
-               progress: Callable[[str, int], None] = lambda name, runs: None) -> list[RungResult]:
+def run_ladder(
+    data: Data,
+    device: torch.device,
+    target: float,
+    seeds: Sequence[int],
+    quick: bool,
+    rungs: Sequence[Rung] | None = None,
+    run: Callable[..., Attempt] = run_recipe,
+    progress: Callable[[str, int], None] = lambda name, runs: None,
+) -> list[RungResult]:
     """Run every rung for every seed. A rung changes the last *kept* recipe, and is kept only when it beats it; a rung
     the device or the dataset (``data.name``) cannot use is skipped with the reason. A rung with ``epochs_from_kept``
     gets the fewest epochs that give it as many steps as the kept rung took in its slowest seed (``epochs_for_steps``).
@@ -718,8 +776,9 @@ def ladder_table(results: Sequence[RungResult], target: float) -> str:
         acc_text = f"{statistics.fmean(acc):.1%}" + (f" ({min(acc):.1%}-{max(acc):.1%})" if len(acc) > 1 else "")
         warm = statistics.fmean(a.warmup_s for a in r.attempts)
         ev = statistics.fmean(a.eval_s for a in r.attempts)
-        rows.append([r.rung.name, mean_and_range(r.times), format_seconds(warm), format_seconds(ev), acc_text,
-                     r.verdict])
+        rows.append(
+            [r.rung.name, mean_and_range(r.times), format_seconds(warm), format_seconds(ev), acc_text, r.verdict]
+        )
     return format_rows(rows, right=[1, 2, 3, 4])
 
 
@@ -731,9 +790,11 @@ def speedup_line(results: Sequence[RungResult], target: float) -> str:
     if any(math.isinf(t) for t in base.times):
         return f"{top.rung.name} reached {target:.0%} in every run; the baseline did not within its budget."
     ratio = statistics.fmean(base.times) / statistics.fmean(top.times)
-    return (f"{top.rung.name}: {ratio:.1f}x faster to {target:.0%} than {base.rung.name} "
-            f"({format_seconds(statistics.fmean(base.times))} -> {format_seconds(statistics.fmean(top.times))}, "
-            f"means over {len(top.times)} seeds).")
+    return (
+        f"{top.rung.name}: {ratio:.1f}x faster to {target:.0%} than {base.rung.name} "
+        f"({format_seconds(statistics.fmean(base.times))} -> {format_seconds(statistics.fmean(top.times))}, "
+        f"means over {len(top.times)} seeds)."
+    )
 
 
 def verdict_sentences(results: Sequence[RungResult]) -> list[str]:
@@ -801,9 +862,15 @@ def load_data(dataset: str, quick: bool, verbose: bool = False) -> Data:
 def hardware(device: torch.device) -> dict[str, Any]:
     """What the figures were measured on."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
-    return {"device": str(device), "device_name": name, "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    return {
+        "device": str(device),
+        "device_name": name,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -812,14 +879,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m helpers.speedrun", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N or mps")
-    defaults = "; ".join(f"{name} {plan.target:.0%}" + (f" (stretch {plan.stretch:.0%})" if plan.stretch else "")
-                         + f", quick mode {plan.quick_target:.0%}" for name, plan in DATASETS.items())
-    parser.add_argument("--target", type=arguments.accuracy, default=None,
-                        help=f"test accuracy to reach: 0.88 or 88 (default: the dataset's own: {defaults})"
-                        .replace("%", "%%"))
+    defaults = "; ".join(
+        f"{name} {plan.target:.0%}"
+        + (f" (stretch {plan.stretch:.0%})" if plan.stretch else "")
+        + f", quick mode {plan.quick_target:.0%}"
+        for name, plan in DATASETS.items()
+    )
+    parser.add_argument(
+        "--target",
+        type=arguments.accuracy,
+        default=None,
+        help=f"test accuracy to reach: 0.88 or 88 (default: the dataset's own: {defaults})".replace("%", "%%"),
+    )
     parser.add_argument("--runs", type=arguments.positive_int, default=3, help="seeds per rung (default 3)")
-    parser.add_argument("--dataset", type=arguments.argtype(canonical_name), default="FashionMNIST",
-                        help="FashionMNIST (default) or MNIST")
+    parser.add_argument(
+        "--dataset",
+        type=arguments.argtype(canonical_name),
+        default="FashionMNIST",
+        help="FashionMNIST (default) or MNIST",
+    )
     parser.add_argument("--quick", action="store_true", help="a small subset and small models: seconds on a CPU")
     parser.add_argument("--json", metavar="PATH", help="write the hardware, versions, date and every figure here")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -849,16 +927,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     results = run_ladder(data, device, target, seeds, args.quick, rungs, progress=tick)
     bar.close()
-    print(f"{dataset} to {target:.0%} test accuracy on {device} ({hardware(device)['device_name']}), "
-          f"{len(seeds)} seed(s) per rung{', quick mode' if args.quick else ''}")
+    print(
+        f"{dataset} to {target:.0%} test accuracy on {device} ({hardware(device)['device_name']}), "
+        f"{len(seeds)} seed(s) per rung{', quick mode' if args.quick else ''}"
+    )
     print(ladder_table(results, target))
     print(speedup_line(results, target))
     if args.json:
-        record = {"hardware": hardware(device), "dataset": dataset, "target": target, "quick": args.quick,
-                  "seeds": seeds, "loader_share": {**dataclasses.asdict(split), "share": split.share,
-                                                   "data_first": split.data_first},
-                  "rungs": [r.figures() for r in results],
-                  "summary": speedup_line(results, target)}
+        record = {
+            "hardware": hardware(device),
+            "dataset": dataset,
+            "target": target,
+            "quick": args.quick,
+            "seeds": seeds,
+            "loader_share": {**dataclasses.asdict(split), "share": split.share, "data_first": split.data_first},
+            "rungs": [r.figures() for r in results],
+            "summary": speedup_line(results, target),
+        }
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1, default=str)
         print(f"wrote {args.json}")

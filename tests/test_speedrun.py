@@ -13,8 +13,13 @@ from helpers.speedrun import KEPT, NO_CLEAR_DIFFERENCE, NOT_REACHED, SLOWER, tim
 class FakeRig:
     """A clock that only moves when the fake model works, a sync that records itself, and a log of both."""
 
-    def __init__(self, step_s: float = 1.0, eval_s: float = 10.0, warmup_s: float = 100.0,
-                 accuracies: tuple[float, ...] = (0.5, 0.7, 0.9, 0.95)) -> None:
+    def __init__(
+        self,
+        step_s: float = 1.0,
+        eval_s: float = 10.0,
+        warmup_s: float = 100.0,
+        accuracies: tuple[float, ...] = (0.5, 0.7, 0.9, 0.95),
+    ) -> None:
         self.now = 0.0
         self.log: list[str] = []
         self.step_s, self.eval_s, self.warmup_s = step_s, eval_s, warmup_s
@@ -63,8 +68,9 @@ def test_the_target_is_reached_at_equality_not_only_above():
 
 def test_evaluation_and_warmup_are_timed_apart_from_training():
     rig = FakeRig(step_s=1.0, eval_s=10.0, warmup_s=100.0, accuracies=(0.5, 0.9))
-    a = time_to_accuracy(rig.steps(), rig.evaluate, 0.9, eval_every=4, max_steps=100, warmup=rig.warmup,
-                         sync=rig.sync, clock=rig.clock)
+    a = time_to_accuracy(
+        rig.steps(), rig.evaluate, 0.9, eval_every=4, max_steps=100, warmup=rig.warmup, sync=rig.sync, clock=rig.clock
+    )
     assert a.train_s == pytest.approx(8.0)  # 8 steps of 1 s: no evaluation, no warm-up in it
     assert a.eval_s == pytest.approx(20.0)
     assert a.warmup_s == pytest.approx(100.0)
@@ -72,8 +78,9 @@ def test_evaluation_and_warmup_are_timed_apart_from_training():
 
 def test_the_clock_is_read_only_after_a_sync():
     rig = FakeRig(accuracies=(0.5, 0.9))
-    time_to_accuracy(rig.steps(), rig.evaluate, 0.9, eval_every=2, max_steps=10, warmup=rig.warmup,
-                     sync=rig.sync, clock=rig.clock)
+    time_to_accuracy(
+        rig.steps(), rig.evaluate, 0.9, eval_every=2, max_steps=10, warmup=rig.warmup, sync=rig.sync, clock=rig.clock
+    )
     reads = [i for i, e in enumerate(rig.log) if e == "clock"]
     assert reads and all(rig.log[i - 1] == "sync" for i in reads)
 
@@ -81,8 +88,7 @@ def test_the_clock_is_read_only_after_a_sync():
 def test_without_sync_the_queued_work_would_be_missed():
     # The fake device only finishes work on sync: a measure that forgot to sync would read 0 s of training.
     rig = FakeRig(accuracies=(0.9,))
-    a = time_to_accuracy(rig.steps(), rig.evaluate, 0.9, eval_every=5, max_steps=5, sync=lambda: None,
-                         clock=rig.clock)
+    a = time_to_accuracy(rig.steps(), rig.evaluate, 0.9, eval_every=5, max_steps=5, sync=lambda: None, clock=rig.clock)
     assert a.train_s == 0.0
     rig = FakeRig(accuracies=(0.9,))
     a = time_to_accuracy(rig.steps(), rig.evaluate, 0.9, eval_every=5, max_steps=5, sync=rig.sync, clock=rig.clock)
@@ -99,8 +105,9 @@ def test_a_missed_target_runs_the_whole_budget_and_says_so():
 
 def test_steps_that_run_out_end_the_run():
     rig = FakeRig(accuracies=(0.5,))
-    a = time_to_accuracy(iter([None] * 4), rig.evaluate, 0.9, eval_every=3, max_steps=100, sync=rig.sync,
-                         clock=rig.clock)
+    a = time_to_accuracy(
+        iter([None] * 4), rig.evaluate, 0.9, eval_every=3, max_steps=100, sync=rig.sync, clock=rig.clock
+    )
     assert not a.reached and a.steps == 4
 
 

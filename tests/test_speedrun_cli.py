@@ -13,8 +13,9 @@ from helpers import arguments
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "helpers.speedrun", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "helpers.speedrun", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.parametrize("text", ["1", "0", "100", "150", "-0.5", "abc", "nan", "0.5%"])

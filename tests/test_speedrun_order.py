@@ -18,12 +18,15 @@ CPU = torch.device("cpu")
 # --- the order of the first two rungs -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("feed_s", "step_s", "share", "data_first"), [
-    (7.0e-3, 0.5e-3, 0.933, True),  # a fast device behind a per-sample DataLoader: the loader is the step
-    (5.0e-3, 45.0e-3, 0.10, False),  # a CPU on which the example's CNN takes most of the step
-    (1.0, 1.0, 0.5, False),  # exactly half is not most of it
-    (1.01, 1.0, 0.502, True),
-])
+@pytest.mark.parametrize(
+    ("feed_s", "step_s", "share", "data_first"),
+    [
+        (7.0e-3, 0.5e-3, 0.933, True),  # a fast device behind a per-sample DataLoader: the loader is the step
+        (5.0e-3, 45.0e-3, 0.10, False),  # a CPU on which the example's CNN takes most of the step
+        (1.0, 1.0, 0.5, False),  # exactly half is not most of it
+        (1.01, 1.0, 0.502, True),
+    ],
+)
 def test_the_loader_share_decides_which_rung_comes_first(feed_s, step_s, share, data_first):
     split = speedrun.LoaderShare(feed_s, step_s)
     assert split.share == pytest.approx(share, abs=1e-3)
@@ -34,10 +37,13 @@ def test_the_loader_share_decides_which_rung_comes_first(feed_s, step_s, share, 
     assert ("loader" in rungs[1].change) is data_first and ("model" in rungs[2].change) is data_first
 
 
-@pytest.mark.parametrize(("split", "words"), [
-    (speedrun.LoaderShare(7.0e-3, 0.5e-3), ("93%", "more than 50%", "data on the device comes first (rung 1)")),
-    (speedrun.LoaderShare(5.0e-3, 45.0e-3), ("10%", "at most 50%", "network sized for the device comes first")),
-])
+@pytest.mark.parametrize(
+    ("split", "words"),
+    [
+        (speedrun.LoaderShare(7.0e-3, 0.5e-3), ("93%", "more than 50%", "data on the device comes first (rung 1)")),
+        (speedrun.LoaderShare(5.0e-3, 45.0e-3), ("10%", "at most 50%", "network sized for the device comes first")),
+    ],
+)
 def test_the_order_line_prints_the_measured_split_and_the_order(split, words):
     line = split.line()
     assert speedrun.format_seconds(split.feed_s) in line and speedrun.format_seconds(split.step_s) in line
@@ -65,8 +71,7 @@ class _Images:
 
 
 def test_the_split_is_measured_on_the_baseline_recipe():
-    split = speedrun.measure_loader_share(speedrun.Data(_Images(96), None, "FashionMNIST"), CPU, quick=True,
-                                          repeats=3)
+    split = speedrun.measure_loader_share(speedrun.Data(_Images(96), None, "FashionMNIST"), CPU, quick=True, repeats=3)
     assert split.feed_s > 0 and split.step_s > 0 and 0 < split.share < 1
 
 
@@ -88,14 +93,17 @@ def test_a_slower_loader_raises_the_measured_share(monkeypatch):
 # --- the one-cycle rung's budget ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("steps", "batch", "train_size", "quick", "epochs"), [
-    (940, 512, 60_000, False, 8),  # 118 steps an epoch: 8 epochs give 944 >= 940
-    (944, 512, 60_000, False, 8),
-    (945, 512, 60_000, False, 9),
-    (3055, 128, 60_000, False, 7),  # 469 an epoch: 7 give 3283
-    (20, 128, 1024, True, 2),  # quick mode doubles the budget: 2 epochs run as 4, 32 steps
-    (1, 64, 64, False, 1),
-])
+@pytest.mark.parametrize(
+    ("steps", "batch", "train_size", "quick", "epochs"),
+    [
+        (940, 512, 60_000, False, 8),  # 118 steps an epoch: 8 epochs give 944 >= 940
+        (944, 512, 60_000, False, 8),
+        (945, 512, 60_000, False, 9),
+        (3055, 128, 60_000, False, 7),  # 469 an epoch: 7 give 3283
+        (20, 128, 1024, True, 2),  # quick mode doubles the budget: 2 epochs run as 4, 32 steps
+        (1, 64, 64, False, 1),
+    ],
+)
 def test_epochs_for_steps_gives_the_fewest_epochs_with_enough_steps(steps, batch, train_size, quick, epochs):
     got = speedrun.epochs_for_steps(steps, batch, train_size, quick)
     assert got == epochs
@@ -125,8 +133,16 @@ def _ladder_with_steps(steps_by_rung: dict[str, list[int]], quick: bool = False,
         steps = steps_by_rung.get(rungs[done[0] // 2].name, [100, 100])[seed]
         return _attempt(float(next(clock)), steps)
 
-    results = speedrun.run_ladder(speedrun.Data(range(train_size), None, "FashionMNIST"), CPU, 0.88, [0, 1], quick,
-                                  rungs, run=fake_run, progress=tick)
+    results = speedrun.run_ladder(
+        speedrun.Data(range(train_size), None, "FashionMNIST"),
+        CPU,
+        0.88,
+        [0, 1],
+        quick,
+        rungs,
+        run=fake_run,
+        progress=tick,
+    )
     return {r.rung.name: r for r in results}
 
 
@@ -153,9 +169,10 @@ def test_the_one_cycle_budget_does_not_depend_on_the_device_kind(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     budgets = []
     for device in (CPU, torch.device("cuda")):
-        rungs = [speedrun.Rung("0 base", {"loader": "resident"}, "m"),
-                 speedrun.Rung("1 one-cycle", {"batch_size": 512, "optimizer": "SGD+OneCycle"}, "m",
-                               epochs_from_kept=True)]
+        rungs = [
+            speedrun.Rung("0 base", {"loader": "resident"}, "m"),
+            speedrun.Rung("1 one-cycle", {"batch_size": 512, "optimizer": "SGD+OneCycle"}, "m", epochs_from_kept=True),
+        ]
         seen = []
 
         def fake_run(recipe, data, device, target, seed, quick, seen=seen):
@@ -185,8 +202,9 @@ def test_in_the_ladder_test_time_flips_follow_the_flip_rungs_verdict():
             slow = recipe.flips and not kept_flips  # the flip rung is slower, so not kept
             return _attempt(100.0 if slow else 10.0 - len(calls) * 0.1, 10)
 
-        results = speedrun.run_ladder(speedrun.Data(range(60_000), None, "FashionMNIST"), CPU, 0.88, [0], False,
-                                      run=fake_run)
+        results = speedrun.run_ladder(
+            speedrun.Data(range(60_000), None, "FashionMNIST"), CPU, 0.88, [0], False, run=fake_run
+        )
         return results[-1], calls
 
     last, calls = run_with_flips(kept_flips=False)
@@ -228,9 +246,15 @@ def test_the_ladder_plots_legend_sits_outside_the_axes():
     import matplotlib.pyplot as plt
 
     history = [(0.1, 0.70), (1.0, 0.85), (5.0, 0.89)]  # crosses the target near the lower right corner
-    results = [speedrun.RungResult(speedrun.Rung(f"{i} rung", {}, "m"), speedrun.Recipe(),
-                                   [speedrun.Attempt(True, 5.0, 0.0, 0.0, 10, 0.89, history)], "baseline")
-               for i in range(9)]
+    results = [
+        speedrun.RungResult(
+            speedrun.Rung(f"{i} rung", {}, "m"),
+            speedrun.Recipe(),
+            [speedrun.Attempt(True, 5.0, 0.0, 0.0, 10, 0.89, history)],
+            "baseline",
+        )
+        for i in range(9)
+    ]
     ax = speedrun.plot_ladder(results, 0.88)
     ax.figure.canvas.draw()
     legend, axes = ax.get_legend().get_window_extent(), ax.get_window_extent()

@@ -62,8 +62,9 @@ def test_the_flip_rungs_do_not_run_on_mnist(quick):
 
 def test_the_flip_rungs_run_on_fashion_mnist():
     calls: list[speedrun.Recipe] = []
-    results = speedrun.run_ladder(speedrun.Data(range(60_000), None, "FashionMNIST"), CPU, 0.88, [0], False,
-                                  run=_fake_run(calls))
+    results = speedrun.run_ladder(
+        speedrun.Data(range(60_000), None, "FashionMNIST"), CPU, 0.88, [0], False, run=_fake_run(calls)
+    )
     flips = [r for r in results if r.rung.change.get("flips") or r.rung.change.get("test_flips")]
     assert [r.skipped for r in flips] == [None, None]
     assert any(recipe.flips for recipe in calls) and any(recipe.test_flips for recipe in calls)
@@ -78,12 +79,15 @@ def test_load_data_names_its_dataset(monkeypatch):
 
 
 @pytest.mark.filterwarnings("ignore:torch.cuda.amp.GradScaler is enabled, but CUDA is not available")
-@pytest.mark.parametrize(("gpu", "dtype", "scaled"), [
-    ("P100", torch.float16, True),
-    ("T4", torch.float16, True),  # fp16 tensor cores, none for bf16
-    ("A100", torch.bfloat16, False),
-    ("H100", torch.bfloat16, False),
-])
+@pytest.mark.parametrize(
+    ("gpu", "dtype", "scaled"),
+    [
+        ("P100", torch.float16, True),
+        ("T4", torch.float16, True),  # fp16 tensor cores, none for bf16
+        ("A100", torch.bfloat16, False),
+        ("H100", torch.bfloat16, False),
+    ],
+)
 def test_the_precision_rung_follows_the_compute_capability(capability, gpu, dtype, scaled):
     capability(gpu)
     recipe = speedrun.Recipe(mixed_precision=True)
@@ -139,8 +143,9 @@ def test_an_fp16_recipe_trains_through_the_grad_scaler(monkeypatch):
         return real_update(self, *args, **kwargs)
 
     monkeypatch.setattr(torch.amp.GradScaler, "update", counting_update)
-    recipe = speedrun.Recipe(loader="resident", optimizer="SGD+OneCycle", batch_size=32, model="sized",
-                             mixed_precision=True, epochs=1)
+    recipe = speedrun.Recipe(
+        loader="resident", optimizer="SGD+OneCycle", batch_size=32, model="sized", mixed_precision=True, epochs=1
+    )
     attempt = speedrun.run_recipe(recipe, _tiny_data(), CPU, target=1.01, seed=0, quick=True)
     assert attempt.steps == 16  # 64 images in batches of 8 (8 steps an epoch), 2 epochs in quick mode
     assert len(updates) >= attempt.steps  # every training step went through the scaler (and the warm-up's too)
@@ -180,14 +185,17 @@ def _cli_target(monkeypatch, tmp_path, *args: str) -> tuple[float, dict]:
     return seen["target"], record
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (("--dataset", "MNIST"), 0.99),
-    (("--dataset", "FashionMNIST"), 0.88),
-    ((), 0.88),  # the command's default dataset is Fashion-MNIST
-    (("--dataset", "FashionMNIST", "--quick"), 0.60),
-    (("--dataset", "FashionMNIST", "--runs", "3", "--target", "0.94"), 0.94),  # the GPU check's stretch run
-    (("--dataset", "MNIST", "--target", "88"), 0.88),
-])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--dataset", "MNIST"), 0.99),
+        (("--dataset", "FashionMNIST"), 0.88),
+        ((), 0.88),  # the command's default dataset is Fashion-MNIST
+        (("--dataset", "FashionMNIST", "--quick"), 0.60),
+        (("--dataset", "FashionMNIST", "--runs", "3", "--target", "0.94"), 0.94),  # the GPU check's stretch run
+        (("--dataset", "MNIST", "--target", "88"), 0.88),
+    ],
+)
 def test_the_command_defaults_to_the_datasets_target(monkeypatch, tmp_path, args, expected):
     target, record = _cli_target(monkeypatch, tmp_path, *args)
     assert target == pytest.approx(expected)

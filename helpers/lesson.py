@@ -20,7 +20,6 @@ import torch
 from helpers import arguments, devices
 from helpers.arguments import parse_flag
 from helpers.data import ENV_DATASET, canonical_name
-from helpers.text import format_rows as format_rows  # the course's table printer, under its old name too
 
 ENV_QUICK = "COURSE_QUICK"
 RECORD_MIME = "application/vnd.pytorch-gpu-course.record+json"  # outputs carrying figures for the runner's table

@@ -32,8 +32,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers import arguments, devices
-from helpers.lesson import format_rows
-from helpers.timing import KEPT, NO_CLEAR_DIFFERENCE, SLOWER, compare, format_seconds, time_on_device
+from helpers.readings import KEPT, NO_CLEAR_DIFFERENCE, SLOWER, Verdict, keep_verdict
+from helpers.text import format_rows, format_seconds
+from helpers.timing import time_on_device
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,6 @@ QUICK_RUNS = 2
 QUICK_EPOCHS = 2
 """Quick mode multiplies every recipe's epoch budget by this: its subset gives 8 steps an epoch at batch 512, too few
 for a one-cycle schedule to reach the quick target within the full ladder's budget."""
-NOT_REACHED = "not kept: target not reached in every run"
 SKIPPED = "skipped"
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -151,20 +151,10 @@ def time_to_accuracy(
 # The verdict
 
 
-def verdict(before: Sequence[float], after: Sequence[float]) -> str:
-    """Compare times to target of several seeds: kept only when every run of ``after`` beat every run of ``before``.
-
-    ``math.inf`` marks a run that missed the target: ``after`` with one is not kept. Otherwise this is
-    ``helpers.timing.compare``: slower when every run of ``after`` was slower, no clear difference when the ranges
-    overlap.
-    """
-    if not before or not after:
-        raise ValueError("need at least one time on each side.")
-    if any(math.isinf(t) for t in after):
-        return NOT_REACHED
-    if any(math.isinf(t) for t in before):
-        return KEPT  # the candidate reached the target every time, the rung before did not
-    return compare(before, after).verdict
+def verdict(before: Sequence[float], after: Sequence[float]) -> Verdict:
+    """Times to target of several seeds (``math.inf`` for a run that missed it) judged by the course's one ladder rule,
+    ``helpers.readings.keep_verdict``: kept only when every run of ``after`` beat every run of ``before``."""
+    return keep_verdict(before, after)
 
 
 def mean_and_range(values: Sequence[float]) -> str:

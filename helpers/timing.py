@@ -1,8 +1,7 @@
 """Timing code on a device honestly: synchronise before reading the clock, warm up, take the median of repeats.
 
 The rules that read the measurements (is a change faster beyond the noise, what bounds a step) are in
-``helpers.readings``. Of the names imported below, all but Timing are here only until lessons 01, 05, 06 and 08,
-helpers/speedrun.py and tests/test_devices.py, which reach them through this module, import them from there."""
+``helpers.readings``, with ``Timing``, what every timing here returns."""
 
 from __future__ import annotations
 
@@ -18,20 +17,7 @@ from typing import Any
 import torch
 
 from helpers.devices import synchronize
-from helpers.readings import (  # noqa: F401
-    KEPT,
-    MIN_NOISE,
-    NO_CLEAR_DIFFERENCE,
-    OVERHEAD_BOUND,
-    SLOWER,
-    Timing,
-    batch_scaling,
-    compare,
-    launch_diagnosis,
-    profile_summary,
-    speed_comparison,
-)
-from helpers.text import format_seconds, ratio_text  # noqa: F401
+from helpers.readings import Timing
 
 
 def time_on_device(

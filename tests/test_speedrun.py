@@ -7,7 +7,8 @@ import math
 import pytest
 
 from helpers import speedrun
-from helpers.speedrun import KEPT, NO_CLEAR_DIFFERENCE, NOT_REACHED, SLOWER, time_to_accuracy, verdict
+from helpers.readings import KEPT, NO_CLEAR_DIFFERENCE, NOT_REACHED, SLOWER
+from helpers.speedrun import time_to_accuracy, verdict
 
 
 class FakeRig:

@@ -166,9 +166,14 @@ def test_a_write_that_fails_midway_keeps_the_previous_file(tmp_path, good, monke
     assert _temporaries(good.parent) == []
 
 
-def test_keyboard_interrupt_reported_as_runtime_error_by_torch_is_a_keyboard_interrupt(tmp_path, good, monkeypatch):
+def test_keyboard_interrupt_reported_as_runtime_error_by_torch_is_a_keyboard_interrupt(
+    tmp_path, good, monkeypatch, request
+):
     """Ctrl-C inside PyTorch's writer, recreated in one process: the handler runs, the writer says RuntimeError."""
     before = good.read_bytes()
+    # Python's own handler, as in a terminal, also where pytest was started with SIGINT ignored (in the background)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
 
     def interrupted_inside_the_writer(obj, f, *args, **kwargs):
         f.write(b"PK\x03\x04 partial")
@@ -214,7 +219,12 @@ SAVER = textwrap.dedent(
 def test_ctrl_c_during_a_real_save(tmp_path):
     path = tmp_path / "c.pt"
     child = subprocess.Popen(
-        [sys.executable, "-c", SAVER, str(path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", SAVER, str(path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a Ctrl-C-able child, even under nohup or &
     )
     assert child.stdout.readline().strip() == "saving"
     time.sleep(0.3)  # inside the first or a later save of the big state

@@ -84,6 +84,7 @@ def test_a_real_ctrl_c_while_torch_loads_prints_one_line_and_exits_130(tmp_path:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a Ctrl-C-able child, even under nohup or &
     )
     deadline = time.monotonic() + 60
     maps = Path(f"/proc/{process.pid}/maps")

@@ -226,10 +226,15 @@ def test_ctrl_c_during_a_real_save(tmp_path):
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a Ctrl-C-able child, even under nohup or &
     )
-    assert child.stdout.readline().strip() == "saving"
-    time.sleep(0.3)  # inside the first or a later save of the big state
-    child.send_signal(signal.SIGINT)
-    out, err = child.communicate(timeout=120)
+    try:
+        assert child.stdout.readline().strip() == "saving"
+        time.sleep(0.3)  # inside the first or a later save of the big state
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=120)
+    finally:  # a saver that missed the signal would save forever
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
     assert out.startswith("KeyboardInterrupt"), out + err
     assert "RuntimeError" not in out
     state = load_checkpoint(path, map_location="cpu")  # the previous checkpoint, complete

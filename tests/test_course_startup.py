@@ -86,11 +86,20 @@ def test_a_real_ctrl_c_while_torch_loads_prints_one_line_and_exits_130(tmp_path:
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a Ctrl-C-able child, even under nohup or &
     )
-    deadline = time.monotonic() + 60
-    maps = Path(f"/proc/{process.pid}/maps")
-    while time.monotonic() < deadline and process.poll() is None and "libtorch" not in maps.read_text():
-        time.sleep(0.01)  # until torch's libraries are being loaded: the runner is importing it
-    process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        maps = Path(f"/proc/{process.pid}/maps")
+        while time.monotonic() < deadline and process.poll() is None and "libtorch" not in maps.read_text():
+            time.sleep(0.01)  # until torch's libraries are being loaded: the runner is importing it
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:  # a runner that missed the signal goes on to run the lessons: stop it as a user would, then for good
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
     assert process.returncode == 130, err
     assert "Traceback" not in err and err.strip().splitlines() == ["Stopped by SIGINT before any notebook started."]

@@ -277,7 +277,8 @@ def measure(
     ``repeats`` new passes after a warm-up. ``profile_batches`` more batches on a CUDA device give ``busy``."""
     run = _Runner(loader, task, device, seed)
     run(warmup_batches)
-    m = Measurement(pipeline, task, run.images, time_on_device(lambda: run(batches), device, repeats, 0), run.batches)
+    timing = time_on_device(lambda: run(batches), device, repeats, 0)  # first: run.images then counts a timed pass
+    m = Measurement(pipeline, task, run.images, timing, run.batches)
     if profile_batches > 0:
         busy = device_busy(lambda: run(profile_batches), device)
         m.busy = None if busy is None else busy / run.batches

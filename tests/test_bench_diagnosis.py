@@ -186,3 +186,11 @@ def test_agreement_within_and_outside_the_spread():
     assert same == "A (1.2 ms) and B (1.3 ms) agree within the spread of their repeats."
     apart = bench.agreement("A", around(52e-3), "B", around(4e-3))
     assert apart.startswith("A (52.0 ms) and B (4.0 ms) differ by 13.00x, more than the spread of their repeats")
+
+
+def test_measure_counts_the_images_of_a_timed_pass_not_of_the_warm_up():
+    loader = [(torch.zeros(4, 1, 28, 28), torch.zeros(4, dtype=torch.long)) for _ in range(10)]
+    m = bench.measure(loader, "data", torch.device("cpu"), batches=None, repeats=2, warmup_batches=3)
+    assert (m.images, m.batches) == (40, 10)  # the warm-up ran 3 batches, 12 images
+    assert m.images_per_second == pytest.approx(40 / m.seconds)
+    assert m.step_seconds == pytest.approx(m.seconds / 10)

@@ -242,17 +242,15 @@ def launch_diagnosis(
 OVERHEAD_BOUND, COMPUTE_BOUND, IN_BETWEEN, UNCLEAR = "overhead-bound", "compute-bound", "in between", "unclear"
 FLAT, PROPORTIONAL = 0.3, 0.7
 """Step time ~ batch**k: k at most FLAT reads as flat (fixed costs per step), k at least PROPORTIONAL as arithmetic."""
+SMALL_GROWTH = 0.25
+"""A flat step time that grew by more than this fraction, outside the spread, costs something: not "almost for free"."""
+WIDE_SPREAD = 1.0
+"""Repeats at one batch size that spread more than this, (slowest - fastest) / median, leave the reading unclear."""
 
 
-def batch_scaling(steps: dict[int, Timing | Sequence[float]], label: str = "") -> Diagnosis:
-    """What bounds a training step, from its seconds per step (repeats) at two or more batch sizes. Flat step time:
-    fixed costs per step set the pace (overhead-bound); time in proportion to the batch: arithmetic does
-    (compute-bound). From the smallest to the largest batch, growth inside the spread counts as flat, growth whose
-    repeats overlap the proportional one as proportional; both at once: unclear. ``label`` starts the sentence."""
-    if len(steps) < 2:
-        raise ValueError(f"Need step times at two or more batch sizes, got {sorted(steps)}.")
-    small, large = min(steps), max(steps)
-    t_small, t_large = as_timing(steps[small]), as_timing(steps[large])
+def _scaling_reading(small: int, t_small: Timing, large: int, t_large: Timing, within: str) -> tuple[str, str]:
+    """What bounds a step, from its step times at two batch sizes: the kind and the sentence (without a label).
+    ``within`` narrows the advice to the sizes read (" (up to batch 512)", say), or is empty."""
     growth, size = t_large.median / t_small.median, large / small
     c = compare(t_large, t_small, MIN_NOISE)  # clear: the step time did change with the batch
     away = compare(t_large, [t * size for t in t_small.times], MIN_NOISE)  # clear: it did not grow in proportion
@@ -262,30 +260,84 @@ def batch_scaling(steps: dict[int, Timing | Sequence[float]], label: str = "") -
         f"{large}, {ratio_text(growth)} the time for {size:g}x the images"
     )
     seen += "" if c.clear else f" ({c.why_unclear})"
+    fixed = "Fixed costs per step (Python, dispatching or launching each operation, the optimizer) set"
     if not c.clear and not away.clear:
-        kind = UNCLEAR
-        what = (
+        return UNCLEAR, (
             f"the repeats spread too widely to tell a flat step time from one in proportion to the batch: {seen}. "
             "Time more images per run, on a quieter machine, before drawing a conclusion"
         )
-    elif not c.clear or (away.clear and exponent <= FLAT):
-        shape = "did not grow with the batch" if growth < 1 else "stayed nearly flat"
-        kind = OVERHEAD_BOUND
-        what = (
-            f"step time {shape}: {seen}. Fixed costs per step (Python, dispatching or launching each operation, the "
-            "optimizer) set the pace, not arithmetic, so a larger batch trains more images per second almost for free"
+    if not c.clear or (away.clear and exponent <= FLAT):
+        if not c.clear or growth <= 1 + SMALL_GROWTH:
+            shape = "did not grow with the batch" if growth < 1 else "stayed nearly flat"
+            return OVERHEAD_BOUND, (
+                f"step time {shape}: {seen}. {fixed} the pace, not arithmetic, so a larger batch{within} trains more "
+                "images per second almost for free"
+            )
+        return OVERHEAD_BOUND, (
+            f"step time grew far less than the batch did: {seen}. {fixed} most of the pace, not arithmetic, so a "
+            f"larger batch{within} trains more images per second ({ratio_text(size / growth)} here), though each "
+            "step takes longer"
         )
-    elif not away.clear or exponent >= PROPORTIONAL:
+    if not away.clear or exponent >= PROPORTIONAL:
+        return COMPUTE_BOUND, (
+            f"step time grew about in proportion to the batch: {seen}. The arithmetic sets the pace, so a larger "
+            f"batch{within} brings few extra images per second"
+        )
+    return IN_BETWEEN, (
+        f"step time grew, but less than the batch did: {seen}. Part of each step is a fixed cost and part is "
+        f"arithmetic that grows with the batch, so a larger batch{within} raises images per second, less than in "
+        "proportion"
+    )
+
+
+def batch_scaling(steps: dict[int, Timing | Sequence[float]], label: str = "") -> Diagnosis:
+    """What bounds a training step, from its seconds per step (repeats) at two or more batch sizes. Flat step time:
+    fixed costs per step set the pace (overhead-bound); time in proportion to the batch: arithmetic does
+    (compute-bound). Growth inside the spread counts as flat, growth whose repeats overlap the proportional one as
+    proportional; both at once: unclear, as are repeats at any size that spread more than WIDE_SPREAD. The reading
+    runs from the smallest batch to the largest, or, where images per second clearly fell from one size to the next,
+    only up to the size before the first fall; the sentence then names each fall and the size that trained the most
+    images per second. ``label`` starts the sentence."""
+    if len(steps) < 2:
+        raise ValueError(f"Need step times at two or more batch sizes, got {sorted(steps)}.")
+    timings = {size: as_timing(steps[size]) for size in sorted(steps)}
+    sizes = list(timings)
+    wide = [size for size in sizes if timings[size].spread > WIDE_SPREAD]
+    if wide:
+        spreads = ", ".join(f"{timings[size].spread:.0%} at batch {size}" for size in wide)
+        what = (
+            f"the reading is unclear: the repeats spread {spreads} (slowest minus fastest over the median, above "
+            f"{WIDE_SPREAD:.0%}: they differ by more than the median itself). Time more images per run, on a quieter "
+            "machine, before drawing a conclusion"
+        )
+        return Diagnosis(UNCLEAR, f"{label}: {what}." if label else f"{what[0].upper()}{what[1:]}.")
+    falls = [  # neighbouring sizes where the larger batch clearly trained fewer images per second
+        (a, b)
+        for a, b in zip(sizes[:-1], sizes[1:], strict=True)
+        if compare(timings[a].per(a), timings[b].per(b), MIN_NOISE).verdict == SLOWER
+    ]
+    top = falls[0][0] if falls else sizes[-1]
+    if top == sizes[0]:
         kind = COMPUTE_BOUND
         what = (
-            f"step time grew about in proportion to the batch: {seen}. The arithmetic sets the pace, so a larger "
-            "batch brings few extra images per second"
+            "step time grew more than in proportion to the batch: the arithmetic, and the memory it moves, set the pace"
         )
     else:
-        kind = IN_BETWEEN
-        what = (
-            f"step time grew, but less than the batch did: {seen}. Part of each step is a fixed cost and part is "
-            "arithmetic that grows with the batch, so a larger batch raises images per second, less than in proportion"
+        kind, what = _scaling_reading(
+            sizes[0], timings[sizes[0]], top, timings[top], f" (up to batch {top})" if falls else ""
+        )
+    if falls:
+        parts = []
+        for a, b in falls:
+            t_a, t_b = timings[a].median, timings[b].median
+            parts.append(
+                f"from batch {a} to batch {b} ({format_seconds(t_a)} to {format_seconds(t_b)} a step, "
+                f"{ratio_text(t_b / t_a)} the time for {b / a:g}x the images)"
+            )
+        best = max(sizes, key=lambda size: size / timings[size].median)
+        what += (
+            f". Images per second fell {' and '.join(parts)}: there the step grew more than the batch did. Of the "
+            f"sizes timed, batch {best} trained the most images per second ({best / timings[best].median:,.0f})"
         )
     return Diagnosis(kind, f"{label}: {what}." if label else f"{what[0].upper()}{what[1:]}.")
 

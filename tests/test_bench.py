@@ -191,3 +191,5 @@ def test_grid_findings_say_when_the_rate_falls():
     lines = bench.grid_findings({"cpu": _grid({32: 30.0, 128: 60.0, 512: 400.0})})
     assert lines[0] == "cpu: images per second rose from batch 32 to batch 128 (2.00x), then fell to batch 512 (0.60x)."
     assert "compute-bound" not in lines[1] and "in proportion" in lines[1]
+    assert "a larger batch (up to batch 128) raises images per second" in lines[1]
+    assert "Images per second fell from batch 128 to batch 512" in lines[1]

@@ -32,7 +32,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers import arguments, devices
-from helpers.readings import KEPT, NO_CLEAR_DIFFERENCE, SLOWER, Verdict, keep_verdict
+from helpers.models import MLP, ConvBNNet, ExamplesNet
+from helpers.readings import KEPT, NO_CLEAR_DIFFERENCE, SLOWER, keep_verdict
 from helpers.text import format_rows, format_seconds
 from helpers.timing import time_on_device
 
@@ -147,16 +148,6 @@ def time_to_accuracy(
     return Attempt(False, train_s, warmup_s, eval_s, done, float(accuracy), history)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The verdict
-
-
-def verdict(before: Sequence[float], after: Sequence[float]) -> Verdict:
-    """Times to target of several seeds (``math.inf`` for a run that missed it) judged by the course's one ladder rule,
-    ``helpers.readings.keep_verdict``: kept only when every run of ``after`` beat every run of ``before``."""
-    return keep_verdict(before, after)
-
-
 def mean_and_range(values: Sequence[float]) -> str:
     """'12.3 s (11.9-12.8)' for times; the range is the spread of the seeds."""
     finite = [v for v in values if math.isfinite(v)]
@@ -172,65 +163,8 @@ def mean_and_range(values: Sequence[float]) -> str:
 # The models
 
 
-class ExamplesNet(nn.Module):
-    """The CNN of pytorch/examples mnist/main.py: two 3x3 convolutions (32, 64), max pooling, dropout, 9216->128->10.
-
-    ``width`` scales the channels and the hidden layer (quick mode uses a quarter of them).
-    """
-
-    def __init__(self, width: float = 1.0, num_classes: int = 10) -> None:
-        super().__init__()
-        c1, c2, hidden = max(1, round(32 * width)), max(1, round(64 * width)), max(1, round(128 * width))
-        self.conv1 = nn.Conv2d(1, c1, 3, 1)
-        self.conv2 = nn.Conv2d(c1, c2, 3, 1)
-        self.dropout1 = nn.Dropout(0.25)
-        self.dropout2 = nn.Dropout(0.5)
-        self.fc1 = nn.Linear(c2 * 12 * 12, hidden)
-        self.fc2 = nn.Linear(hidden, num_classes)
-
-    def forward(self, X: torch.Tensor) -> torch.Tensor:
-        X = F.relu(self.conv1(X))  # (B, 1, 28, 28) -> (B, c1, 26, 26)
-        X = F.max_pool2d(F.relu(self.conv2(X)), 2)  # -> (B, c2, 24, 24) -> (B, c2, 12, 12)
-        X = F.relu(self.fc1(self.dropout1(X).flatten(1)))  # -> (B, hidden)
-        return self.fc2(self.dropout2(X))  # -> (B, 10); cross_entropy takes the scores (the example's log_softmax)
-
-
-class ConvBNNet(nn.Module):
-    """Three conv-BatchNorm-ReLU blocks, each followed by 2x2 max pooling, then a global max and a linear layer."""
-
-    def __init__(self, widths: Sequence[int] = (64, 128, 256), num_classes: int = 10) -> None:
-        super().__init__()
-        layers: list[nn.Module] = []
-        cin = 1
-        for w in widths:
-            layers += [
-                nn.Conv2d(cin, w, 3, padding=1, bias=False),
-                nn.BatchNorm2d(w),
-                nn.ReLU(inplace=True),
-                nn.MaxPool2d(2),
-            ]
-            cin = w
-        self.features = nn.Sequential(*layers)  # (B, 1, 28, 28) -> (B, w3, 3, 3)
-        self.head = nn.Linear(cin, num_classes)
-
-    def forward(self, X: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(X).amax(dim=(2, 3)))  # (B, w3, 3, 3) -> (B, w3) -> (B, 10)
-
-
-class DenseNet(nn.Module):
-    """One hidden layer: 784 -> hidden -> 10. Its arithmetic is two matrix products, which a CPU runs near its peak."""
-
-    def __init__(self, hidden: int = 512, num_classes: int = 10) -> None:
-        super().__init__()
-        self.hidden = nn.Linear(28 * 28, hidden)
-        self.out = nn.Linear(hidden, num_classes)
-
-    def forward(self, X: torch.Tensor) -> torch.Tensor:
-        return self.out(F.relu(self.hidden(X.flatten(1))))  # (B, 1, 28, 28) -> (B, 784) -> (B, hidden) -> (B, 10)
-
-
 def sized_network(device: torch.device, quick: bool) -> nn.Module:
-    """The network rung 1 trains on ``device``: wide convolutions on a CUDA GPU, which has arithmetic to spare; on a
+    """What the network rung trains on ``device``: wide convolutions on a CUDA GPU, which has arithmetic to spare; on a
     CPU, where a small convolution uses its few cores poorly, a one-hidden-layer net of matrix products. Quick mode's
     tiny subset gets a small ConvBNNet everywhere."""
     if quick:
@@ -238,7 +172,7 @@ def sized_network(device: torch.device, quick: bool) -> nn.Module:
     if device.type == "cuda":
         return ConvBNNet((64, 128, 256))
     if device.type == "cpu":
-        return DenseNet(512)
+        return MLP(512)
     return ConvBNNet((16, 32, 64))
 
 
@@ -433,17 +367,6 @@ def _autocast(device: torch.device, dtype: torch.dtype | None):
     return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
 
 
-def _update(loss: torch.Tensor, opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
-    """Backward and optimizer step, through ``scaler`` if there is one (it skips a step whose gradients overflowed)."""
-    if scaler is None:
-        loss.backward()
-        opt.step()
-        return
-    scaler.scale(loss).backward()
-    scaler.step(opt)
-    scaler.update()
-
-
 def build_optimizer(recipe: Recipe, model: nn.Module, total_steps: int):
     """The optimizer and the per-step learning-rate schedule of ``recipe``."""
     if recipe.optimizer == "Adadelta+StepLR":  # the example's: lr 1.0, decayed 0.7x per epoch
@@ -459,6 +382,46 @@ def _flip_some(X: torch.Tensor) -> torch.Tensor:
     """Mirror a random half of the batch left-right, on the device."""
     flip = torch.rand(X.shape[0], device=X.device) < 0.5
     return torch.where(flip[:, None, None, None], X.flip(3), X)
+
+
+def train_step(
+    recipe: Recipe,
+    model: nn.Module,
+    X: torch.Tensor,
+    y: torch.Tensor,
+    opt: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler | None,
+    dtype: torch.dtype | None,
+) -> None:
+    """One training step of ``recipe`` on a batch already on the model's device: the flips, channels_last, autocast to
+    ``dtype``, the loss with its label smoothing, then backward and the update, through ``scaler`` where fp16 needs one
+    (it skips a step whose gradients overflowed). The timed steps and the warm-up both call it, so the warm-up loads
+    every kernel the timed steps launch."""
+    if recipe.flips:
+        X = _flip_some(X)
+    if recipe.mixed_precision:
+        X = X.contiguous(memory_format=torch.channels_last)
+    with _autocast(X.device, dtype):
+        loss = F.cross_entropy(model(X), y, label_smoothing=recipe.label_smoothing)
+    opt.zero_grad(set_to_none=True)
+    if scaler is None:
+        loss.backward()
+        opt.step()
+        return
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+
+
+def schedule_step(schedule: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler | None) -> None:
+    """Advance the learning-rate schedule by one step. A step the scaler skipped leaves the schedule a step ahead, as
+    PyTorch's AMP recipe does; its warning about the order of the calls is expected there and silenced."""
+    if scaler is None:
+        schedule.step()
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)`")
+        schedule.step()
 
 
 @dataclass
@@ -500,20 +463,8 @@ def training_steps(
         for _ in range(recipe.epochs):
             for X, y in loader:
                 X, y = X.to(device), y.to(device)  # a no-op for device-resident batches
-                if recipe.flips:
-                    X = _flip_some(X)
-                if recipe.mixed_precision:
-                    X = X.contiguous(memory_format=torch.channels_last)
-                with _autocast(device, dtype):
-                    loss = F.cross_entropy(model(X), y, label_smoothing=recipe.label_smoothing)
-                opt.zero_grad(set_to_none=True)
-                _update(loss, opt, scaler)
-                if scaler is None:
-                    schedule.step()
-                else:  # a step the scaler skipped leaves the schedule a step ahead, as PyTorch's AMP recipe does
-                    with warnings.catch_warnings():
-                        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)`")
-                        schedule.step()
+                train_step(recipe, model, X, y, opt, scaler, dtype)
+                schedule_step(schedule, scaler)
                 yield None
 
     return steps(), total
@@ -544,22 +495,19 @@ def evaluator(recipe: Recipe, model: nn.Module, data: Data, device: torch.device
 def warmup_call(
     recipe: Recipe, model: nn.Module, device: torch.device, batch: int, calls: int = 2
 ) -> Callable[[], None]:
-    """First calls of a training step on a throwaway copy of the model, so one-off costs are paid and timed apart."""
+    """First calls of the recipe's training step (``train_step``, with its schedule) on a throwaway copy of the model,
+    so one-off costs are paid and timed apart."""
 
     def warmup() -> None:
         twin = copy.deepcopy(model)
-        opt, _ = build_optimizer(recipe, twin, total_steps=calls)
+        opt, schedule = build_optimizer(recipe, twin, total_steps=calls)
         X = torch.randn(batch, 1, 28, 28, device=device)
         y = torch.randint(0, 10, (batch,), device=device)
-        if recipe.mixed_precision:
-            X = X.contiguous(memory_format=torch.channels_last)
         dtype = autocast_dtype(recipe, device)
         scaler = grad_scaler(dtype, device)
         for _ in range(calls):
-            with _autocast(device, dtype):
-                loss = F.cross_entropy(twin(X), y)
-            opt.zero_grad(set_to_none=True)
-            _update(loss, opt, scaler)
+            train_step(recipe, twin, X, y, opt, scaler, dtype)
+            schedule_step(schedule, scaler)
 
     return warmup
 
@@ -660,14 +608,8 @@ def measure_loader_share(
     feed = time_on_device(lambda: [t.to(device) for t in next(batches)], device, repeats=repeats, warmup=2)
     X, y = (t.to(device) for t in next(batches))
 
-    def step() -> None:
-        loss = F.cross_entropy(model(X), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
     model.train()
-    train = time_on_device(step, device, repeats=repeats, warmup=2)
+    train = time_on_device(lambda: train_step(recipe, model, X, y, opt, None, None), device, repeats=repeats, warmup=2)
     return LoaderShare(feed.median, train.median)
 
 
@@ -738,7 +680,7 @@ def run_ladder(
         if kept is None:
             kept = result
         else:
-            result.verdict = verdict(kept.times, result.times)
+            result.verdict = keep_verdict(kept.times, result.times)  # every run beat every run of the kept rung
             result.compared_with = kept.rung.name
             if result.verdict == KEPT:
                 kept = result

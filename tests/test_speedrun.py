@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
-from helpers import speedrun
-from helpers.readings import KEPT, NO_CLEAR_DIFFERENCE, NOT_REACHED, SLOWER
-from helpers.speedrun import time_to_accuracy, verdict
+from helpers import models, speedrun
+from helpers.readings import KEPT, NO_CLEAR_DIFFERENCE, NOT_REACHED, SLOWER, keep_verdict
+from helpers.speedrun import time_to_accuracy
 
 
 class FakeRig:
@@ -128,13 +129,13 @@ def test_bad_arguments_are_refused():
         ([10.0], [9.0], KEPT),  # one seed each: no spread to hide in
     ],
 )
-def test_verdict_rule(before, after, expected):
-    assert verdict(before, after) == expected
+def test_verdict_rule_on_seeds_times(before, after, expected):
+    assert keep_verdict(before, after) == expected
 
 
 def test_verdict_needs_times():
     with pytest.raises(ValueError):
-        verdict([], [1.0])
+        keep_verdict([], [1.0])
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda", "mps"])
@@ -172,9 +173,9 @@ def test_the_sized_network_follows_the_device():
 
     X = torch.randn(2, 1, 28, 28)
     cpu, cuda, mps = torch.device("cpu"), torch.device("cuda"), torch.device("mps")
-    assert isinstance(speedrun.sized_network(cpu, quick=False), speedrun.DenseNet)
-    assert isinstance(speedrun.sized_network(cuda, quick=False), speedrun.ConvBNNet)
-    assert isinstance(speedrun.sized_network(mps, quick=False), speedrun.ConvBNNet)
+    assert isinstance(speedrun.sized_network(cpu, quick=False), models.MLP)
+    assert isinstance(speedrun.sized_network(cuda, quick=False), models.ConvBNNet)
+    assert isinstance(speedrun.sized_network(mps, quick=False), models.ConvBNNet)
     wide, narrow = speedrun.sized_network(cuda, quick=False), speedrun.sized_network(cpu, quick=True)
     assert sum(p.numel() for p in wide.parameters()) > 20 * sum(p.numel() for p in narrow.parameters())
     for net in (wide, narrow, speedrun.sized_network(cpu, quick=False)):
@@ -233,3 +234,19 @@ def test_a_fused_rung_on_a_recipe_without_sgd_is_skipped_with_the_reason():
     reason = speedrun.skip_reason(speedrun.Recipe(fused=True), cpu)  # the baseline's Adadelta: nothing to fuse
     assert reason is not None and "Adadelta" in reason
     assert speedrun.skip_reason(speedrun.Recipe(optimizer="SGD+OneCycle"), cpu) is None
+
+
+def test_the_warm_up_runs_the_recipes_own_step(monkeypatch):
+    """The warm-up must launch what the timed steps launch (flips, label smoothing, the schedule), or their first-call
+    costs land inside the record."""
+    seen = []
+
+    def fake_step(recipe, model, X, y, opt, scaler, dtype):
+        seen.append(recipe)
+        opt.step()
+
+    monkeypatch.setattr(speedrun, "train_step", fake_step)
+    recipe = speedrun.Recipe(optimizer="SGD+OneCycle", flips=True, label_smoothing=0.1)
+    model = models.MLP(8)
+    speedrun.warmup_call(recipe, model, torch.device("cpu"), batch=4, calls=2)()
+    assert seen == [recipe, recipe]

@@ -200,26 +200,46 @@ LAUNCH_BOUND, DEVICE_BOUND, PARTLY_LAUNCH_BOUND, NO_DEVICE_TIMELINE = (
 
 
 def launch_diagnosis(
-    step_s: float, device_s: float | None, launch_ratio: float = 2.0, busy_fraction: float = 0.8
+    step_s: float,
+    device_s: float | None,
+    launch_ratio: float = 2.0,
+    busy_fraction: float = 0.8,
+    steps: int | None = None,
 ) -> Diagnosis:
     """Read the wall time of some steps against the device's busy time in them (None: no device timeline, as on a
     CPU). Steps ``launch_ratio`` times the device time or longer: launch-bound (the device waits for launches). The
-    device busy for ``busy_fraction`` of them or more: device-bound. In between: partly launch-bound."""
+    device busy for ``busy_fraction`` of them or more: device-bound. In between: partly launch-bound. ``steps``: how
+    many profiled steps the two times add up; given, the sentence says so, prints the times per step and says that the
+    profiler's own overhead is in the step time."""
     if step_s <= 0:
         raise ValueError(f"step_s must be positive, got {step_s}.")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"steps must be a positive integer or None, got {steps!r}.")
+    profiled = "" if steps is None else f"{steps} profiled step{'' if steps == 1 else 's'}"
     if device_s is None:
+        took = f"The steps took {format_seconds(step_s)}"
+        if steps is not None:
+            took = (
+                f"{profiled} took {format_seconds(step_s)}, {format_seconds(step_s / steps)} a step (the profiler's "
+                "own overhead included),"
+            )
         return Diagnosis(
             NO_DEVICE_TIMELINE,
             (
-                f"The steps took {format_seconds(step_s)} and the profiler recorded no device timeline: on this "
+                f"{took} and the profiler recorded no device timeline: on this "
                 "device the CPU runs the arithmetic itself, so there are no launches for it to wait on. Use the step "
                 "time against the batch size instead."
             ),
         )
-    figures = (
-        f"{format_seconds(step_s)} of steps against {format_seconds(device_s)} of device time "
-        f"(the device was busy {device_s / step_s:.0%} of it)"
-    )
+    busy = f"the device was busy {device_s / step_s:.0%} of it"
+    if steps is None:
+        figures = f"{format_seconds(step_s)} of steps against {format_seconds(device_s)} of device time ({busy})"
+    else:
+        figures = (
+            f"{profiled}: {format_seconds(step_s / steps)} a step against {format_seconds(device_s / steps)} of device "
+            f"time a step ({busy}; the step time includes the profiler's own overhead, so an unprofiled step is "
+            "shorter and the device's share of it larger)"
+        )
     if step_s >= launch_ratio * device_s:
         return Diagnosis(
             LAUNCH_BOUND,
@@ -439,3 +459,23 @@ def profile_summary(events: Iterable[Any], device_timeline: bool) -> ProfileSumm
     return ProfileSummary(
         rows, cpu_side, device if device_timeline else None, steps if stepped else None, ranges, launches, launch_cpu
     )
+
+
+def reference_drift(
+    earlier: Timing | Sequence[float], again: Timing | Sequence[float], name: str = "the reference"
+) -> Diagnosis:
+    """The same step timed twice, at two moments of a run (seconds per unit, repeats): "drifted" when the medians are
+    further apart than the larger spread of the two measurements and than ``MIN_NOISE``, else "steady". A step compared
+    in turns with one whose own time drifted was compared under conditions unlike those of its earlier measurement;
+    the sentence says by how much, starting with ``name``."""
+    earlier, again = as_timing(earlier), as_timing(again)
+    ratio = again.median / earlier.median  # above 1: slower now than before
+    noise = max(earlier.spread, again.spread, MIN_NOISE)
+    took = f"{name} took {ratio_text(ratio)} the time it took when timed before"
+    if abs(ratio - 1) > noise:
+        return Diagnosis(
+            "drifted",
+            f"{took} ({'slower' if ratio > 1 else 'faster'} by {abs(ratio - 1):.0%}, beyond the spreads of "
+            f"{earlier.spread:.0%} and {again.spread:.0%}): the conditions changed between the two measurements",
+        )
+    return Diagnosis("steady", f"{took}, within the noise ({noise:.0%})")

@@ -80,6 +80,56 @@ def test_no_device_timeline_on_a_cpu():
         readings.launch_diagnosis(0.0, 1.0)
 
 
+def test_the_diagnosis_of_several_profiled_steps_prints_them_per_step_and_names_the_profiler():
+    # Three profiled steps of 3.1 ms each on a GPU that worked 214.8 us in each: the figures of one step, not three.
+    d = readings.launch_diagnosis(step_s=9.3e-3, device_s=644.4e-6, steps=3)
+    assert d.kind == readings.LAUNCH_BOUND
+    assert d.sentence.startswith("3 profiled steps: 3.1 ms a step against 214.8 us of device time a step")
+    assert "profiler's own overhead" in d.sentence and "7%" in d.sentence
+    assert "9.3 ms" not in d.sentence
+    one = readings.launch_diagnosis(step_s=3.1e-3, device_s=3.0e-3, steps=1)
+    assert one.kind == readings.DEVICE_BOUND and one.sentence.startswith("1 profiled step: 3.1 ms a step")
+    cpu = readings.launch_diagnosis(step_s=26.1e-3, device_s=None, steps=3)
+    assert cpu.kind == readings.NO_DEVICE_TIMELINE
+    assert cpu.sentence.startswith("3 profiled steps took 26.1 ms, 8.7 ms a step (the profiler's own overhead")
+    # Without steps the sentence is the one the benchmarks print for a single step's figures.
+    assert readings.launch_diagnosis(9.3e-3, 644.4e-6).sentence.startswith("9.3 ms of steps against 644.4 us")
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="steps"):
+            readings.launch_diagnosis(9.3e-3, 644.4e-6, steps=bad)
+
+
+# reference_drift: the same step timed at two moments of a run
+
+
+def test_a_reference_that_moved_by_more_than_its_spread_drifted():
+    earlier = t(0.96, 1.0, 1.04)  # spread 8%
+    assert readings.reference_drift(earlier, t(1.06, 1.07, 1.08)).kind == "steady"  # 7% slower: inside 8%
+    slower = readings.reference_drift(earlier, t(1.08, 1.09, 1.10), "batch 512")  # 9% slower: beyond it
+    assert slower.kind == "drifted"
+    assert slower.sentence.startswith("batch 512 took 1.09x the time it took when timed before (slower by 9%")
+    assert "8% and 2%" in slower.sentence
+    assert readings.reference_drift(earlier, t(0.925, 0.93, 0.935)).kind == "steady"  # 7% faster
+    faster = readings.reference_drift(earlier, t(0.905, 0.91, 0.915))  # 9% faster
+    assert faster.kind == "drifted" and "faster by 9%" in faster.sentence
+
+
+def test_drift_is_read_against_the_larger_spread_of_the_two_and_never_below_the_noise_floor():
+    # The later measurement is the noisier one: 20% spread, so a 15% move is noise.
+    assert readings.reference_drift(t(1.0, 1.0, 1.0), t(1.05, 1.15, 1.28)).kind == "steady"
+    assert readings.reference_drift(t(1.0, 1.0, 1.0), t(1.24, 1.25, 1.26)).kind == "drifted"
+    # Both steady to the microsecond: moves up to MIN_NOISE (5%) are not called drift.
+    assert readings.reference_drift(t(1.0, 1.0, 1.0), t(1.04, 1.04, 1.04)).kind == "steady"
+    assert readings.reference_drift(t(1.0, 1.0, 1.0), t(1.06, 1.06, 1.06)).kind == "drifted"
+    # The lesson-08 case: a reference timed at 98,273 images/s (spread 8%), then at 59,748 (spread 7%) in the turns.
+    lesson = readings.reference_drift(
+        [1 / 98_273 * k for k in (0.96, 1.0, 1.04)], [1 / 59_748 * k for k in (0.965, 1.0, 1.035)]
+    )
+    assert lesson.kind == "drifted" and "1.64x" in lesson.sentence
+    with pytest.raises(ValueError):
+        readings.reference_drift([], [1.0])
+
+
 # batch_scaling: step time against batch size
 
 

@@ -103,9 +103,17 @@ class BatchSearch:
     largest: int
     tried: list[tuple[int, bool]] = field(repr=False)
 
+    @property
+    def smallest_failed(self) -> int | None:
+        """The smallest batch size that ran out of memory; None when every size tried fitted."""
+        failed = [size for size, ok in self.tried if not ok]
+        return min(failed) if failed else None
+
     def __str__(self) -> str:
         steps = ", ".join(f"{size} {'fits' if ok else 'OOM'}" for size, ok in self.tried)
-        return f"largest batch size that fits: {self.largest} (tried {steps})"
+        failed = self.smallest_failed
+        bound = "no size tried ran out" if failed is None else f"{failed} ran out, {failed / self.largest - 1:.1%} more"
+        return f"largest batch size that fits: {self.largest}; {bound} ({len(self.tried)} tries: {steps})"
 
 
 def largest_batch_size(
@@ -116,18 +124,23 @@ def largest_batch_size(
     max_size: int | None = None,
     refine: bool = True,
     resolution: int = 1,
+    relative: float = 0.0,
     device: str | torch.device | None = None,
     clear: Callable[[], None] | None = None,
 ) -> BatchSearch:
     """Find the largest batch size for which ``step_fn(batch_size)`` runs without ``torch.cuda.OutOfMemoryError``.
 
     From ``start``, halves the size until one fits (down to ``min_size``), or doubles it until a try fails or
-    ``max_size`` (default: ``start``) has fitted; with ``refine``, then bisects to within ``resolution``. ``clear`` runs
-    after every try (default: ``release_cached_memory(device)``). Other exceptions propagate; if even ``min_size`` does
-    not fit, the last out-of-memory error is raised again."""
+    ``max_size`` (default: ``start``) has fitted; with ``refine``, then bisects until the size that fitted and the one
+    that ran out are at most ``resolution`` apart, or at most ``relative`` times the size that fitted (1/16: within
+    6.25%; each try near the limit runs a step as large as memory allows, so the last few tries are the slow ones).
+    ``clear`` runs after every try (default: ``release_cached_memory(device)``). Other exceptions propagate; if even
+    ``min_size`` does not fit, the last out-of-memory error is raised again."""
     for name, value in (("start", start), ("min_size", min_size), ("resolution", resolution)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    if isinstance(relative, bool) or not isinstance(relative, int | float) or not 0 <= relative < 1:
+        raise ValueError(f"relative must be a fraction in [0, 1), got {relative!r}.")
     if min_size > start:
         raise ValueError(f"min_size ({min_size}) must not exceed start ({start}).")
     if max_size is not None and (isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < start):
@@ -170,7 +183,7 @@ def largest_batch_size(
             if fits(size):
                 good = size
                 break
-    while refine and bad is not None and bad - good > resolution:
+    while refine and bad is not None and bad - good > max(resolution, relative * good):
         middle = (good + bad) // 2
         good, bad = (middle, bad) if fits(middle) else (good, middle)
     return BatchSearch(largest=good, tried=tried)

@@ -215,3 +215,53 @@ def test_another_accelerator_on_a_torch_without_the_generic_memory_api_has_no_st
     assert memory.memory_stats("xpu") is None
     assert "not available on xpu" in memory.memory_report("xpu")
     memory.release_cached_memory("xpu")
+
+
+def test_relative_resolution_stops_within_that_fraction_of_the_size_that_fitted():
+    # Room for about 3 million images: doubling from 4096 runs out at 4194304, then the search bisects. To the image it
+    # takes 32 tries; within 1/16 of the size that fitted it stops after 15, the last four of them bisecting.
+    exact = memory.largest_batch_size(FakeStep(limit=3_067_000), 4096, max_size=2**22, clear=lambda: None)
+    assert len(exact.tried) == 32 and exact.largest == 3_067_000
+    step = FakeStep(limit=3_067_000)
+    result = memory.largest_batch_size(step, 4096, max_size=2**22, relative=1 / 16, clear=lambda: None)
+    assert len(step.calls) == 15
+    assert step.calls[10:] == [4194304, 3145728, 2621440, 2883584, 3014656]
+    assert result.largest == 3014656 and result.smallest_failed == 3145728
+    assert result.smallest_failed - result.largest <= result.largest / 16
+    assert str(result).startswith("largest batch size that fits: 3014656; 3145728 ran out, 4.3% more (15 tries: ")
+
+
+@pytest.mark.parametrize("limit", [300, 479, 480, 481, 1000, 4095])
+def test_the_search_stops_as_soon_as_the_gap_is_within_the_fraction_and_not_before(limit):
+    step = FakeStep(limit=limit)
+    result = memory.largest_batch_size(step, 4096, relative=1 / 8, clear=lambda: None)
+    gap = result.smallest_failed - result.largest
+    assert 0 < gap <= result.largest / 8  # stopped within the fraction ...
+    assert result.largest <= limit < result.smallest_failed
+    # ... and only then: the try before the last left a gap wider than the fraction of what had fitted by then.
+    before = memory.BatchSearch(0, result.tried[:-1])
+    fitted = max(size for size, ok in before.tried if ok) if any(ok for _, ok in before.tried) else None
+    if fitted is not None and before.smallest_failed is not None:
+        assert before.smallest_failed - fitted > fitted / 8
+
+
+def test_the_larger_of_resolution_and_relative_ends_the_search():
+    step = FakeStep(limit=300)
+    result = memory.largest_batch_size(step, 1024, resolution=64, relative=1 / 32, clear=lambda: None)
+    assert result.smallest_failed - result.largest <= 64  # 64 images allow more than 1/32 of ~300 does
+    assert memory.largest_batch_size(FakeStep(limit=300), 1024, relative=0.0, clear=lambda: None).largest == 300
+
+
+@pytest.mark.parametrize("relative", [-0.1, 1.0, 2, True, "1/16"])
+def test_bad_relative_raises_value_error(relative):
+    with pytest.raises(ValueError, match="relative"):
+        memory.largest_batch_size(FakeStep(limit=4), 8, relative=relative)
+
+
+def test_the_search_says_where_it_stopped():
+    fitted = memory.largest_batch_size(FakeStep(limit=10**9), 1024, max_size=2048, clear=lambda: None)
+    assert str(fitted) == "largest batch size that fits: 2048; no size tried ran out (2 tries: 1024 fits, 2048 fits)"
+    halved = memory.largest_batch_size(FakeStep(limit=300), 1024, refine=False, clear=lambda: None)
+    assert str(halved) == (
+        "largest batch size that fits: 256; 512 ran out, 100.0% more (3 tries: 1024 OOM, 512 OOM, 256 fits)"
+    )

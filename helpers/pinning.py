@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from helpers.readings import NO_CLEAR_DIFFERENCE, as_timing, compare
+from helpers.readings import KEPT, NO_CLEAR_DIFFERENCE, SLOWER, Verdict, as_timing
 from helpers.text import format_seconds
 from helpers.timing import time_on_device
 
@@ -52,13 +52,38 @@ def time_batch_copies(
 
 
 DISTURBED_SPREAD = 0.5
-"""Repeats of one way spread over more than this share of their median: at least one of them was disturbed."""
+"""Repeats of one way spread over more than this share of their median: wide enough to hide a difference."""
+
+
+def middle_half(times: Sequence[float]) -> tuple[float, float]:
+    """The lower and upper quartiles of ``times``: the range of the middle half of the repeats."""
+    if len(times) == 0:
+        raise ValueError("need at least one time.")
+    if len(times) == 1:
+        return times[0], times[0]
+    lower, _, upper = statistics.quantiles(times, n=4, method="inclusive")
+    return lower, upper
+
+
+def middle_half_verdict(before: Sequence[float], after: Sequence[float]) -> Verdict:
+    """``after`` against ``before`` (repeats of seconds for the same copy), by their middle halves: KEPT when the
+    middle half of ``after`` lies wholly below the middle half of ``before``, SLOWER for the reverse, otherwise
+    NO_CLEAR_DIFFERENCE. A few slow repeats, a quarter or fewer of either side, cannot overturn a difference that the
+    rest show, as they can when the whole ranges decide (``readings.ranges_verdict``)."""
+    low_before, high_before = middle_half(before)
+    low_after, high_after = middle_half(after)
+    if high_after < low_before:
+        return KEPT
+    if low_after > high_before:
+        return SLOWER
+    return NO_CLEAR_DIFFERENCE
 
 
 def pinning_findings(times: Mapping[str, Sequence[float]]) -> list[str]:
-    """One sentence per way that differs from the plain copy, each stating what the measurements show. Where the
-    repeats overlap and either side spread over ``DISTURBED_SPREAD`` of its median, the sentence says a repeat was
-    disturbed, which can hide a difference, and asks for the cell to be run again."""
+    """One sentence per way against the plain copy, decided by ``middle_half_verdict``. A clear verdict says how many
+    repeats lie beyond every plain one; for a faster way it names the slowest of the rest, and for pinning in the loop
+    their likely cause, a buffer freshly page-locked. Where the middle halves overlap and either side spread over
+    ``DISTURBED_SPREAD`` of its median, the sentence says so and asks for the cell to be run again."""
     plain = statistics.median(times["plain"])
     what = {
         "pin in the loop": "Pinning each batch in the loop, then copying it,",
@@ -66,26 +91,51 @@ def pinning_findings(times: Mapping[str, Sequence[float]]) -> list[str]:
     }
     lines = []
     for name, subject in what.items():
-        verdict = compare(times["plain"], times[name]).verdict
-        median = statistics.median(times[name])
+        found = times[name]
+        verdict = middle_half_verdict(times["plain"], found)
+        median = statistics.median(found)
         figures = f"{format_seconds(median)} against {format_seconds(plain)} per batch"
         if verdict == NO_CLEAR_DIFFERENCE:
             spreads = {way: as_timing(times[way]).spread for way in (name, "plain")}
             wide = [f"{way} {spread:.0%}" for way, spread in spreads.items() if spread > DISTURBED_SPREAD]
             rerun = (
-                f" But the repeats spread widely ({', '.join(wide)} of the median): at least one was disturbed, which "
-                "can hide a difference; run the cell again."
+                f" The repeats spread widely ({', '.join(wide)} of the median), which can hide a difference; run the "
+                "cell again."
                 if wide
                 else ""
             )
             lines.append(
-                f"{subject} made no clear difference to a plain copy: {figures}, and the repeats overlap.{rerun}"
+                f"{subject} made no clear difference to a plain copy: {figures}, and the middle halves of their "
+                f"repeats overlap.{rerun}"
             )
+            continue
+        faster = verdict == KEPT
+        side = "below" if faster else "above"
+        # repeats not beyond every plain one: slow moments of this way (faster) or fast ones (slower)
+        others = [t for t in found if (t >= min(times["plain"]) if faster else t <= max(times["plain"]))]
+        if not others:
+            how = f"every one of the {len(found)} repeats {side} every plain one"
         else:
-            lines.append(
-                f"{subject} was {verdict.direction} than a plain copy: {figures} ({median / plain:.2f} times its time; "
-                f"every one of the {len(times[name])} repeats {'below' if verdict.kept else 'above'} every plain one)."
+            how = (
+                f"the middle half of its {len(found)} repeats {side} the plain copy's middle half, "
+                f"{len(found) - len(others)} of the {len(found)} {side} every plain one"
             )
+        line = (
+            f"{subject} was {verdict.direction} than a plain copy: {figures} ({median / plain:.2f} times its time; "
+            f"{how})."
+        )
+        if others and faster:
+            took = "repeat took" if len(others) == 1 else "repeats took up to"
+            line += f" Its {len(others)} other {took} {format_seconds(max(others))}"
+            if name == "pin in the loop":
+                line += (
+                    ": the likely cause is that PyTorch now and then has to page-lock a fresh buffer, since with "
+                    "non_blocking=True it reuses a cached one only once the copy reading from it is done, and "
+                    "page-locking costs far more than a copy."
+                )
+            else:
+                line += "."
+        lines.append(line)
     return lines
 
 

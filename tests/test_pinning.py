@@ -15,7 +15,7 @@ US = 1e-6
 
 
 def test_pinning_reads_its_measurements_by_the_course_rule() -> None:
-    # compare's tests (test_bench_diagnosis, test_timing_rules) cover the rule; here, that the sentences follow it
+    # middle_half_verdict's tests (test_pinning_disturbed) cover the rule; here, that the sentences follow it
     base = [20 * US, 21 * US, 22 * US]
     for candidate, verdict in (([15 * US, 16 * US, 17 * US], "faster"), ([10 * US, 30 * US, 31 * US], "no clear")):
         times = {"plain": base, "pin in the loop": candidate, "pinned already": base}
@@ -55,7 +55,7 @@ def test_findings_within_the_spread_claim_no_difference() -> None:
     in_loop, already = pinning.pinning_findings(_times(plain=20 * US, in_loop=21 * US, pinned=20.5 * US, jitter=1 * US))
     assert in_loop == (
         "Pinning each batch in the loop, then copying it, made no clear difference to a plain copy: 21.0 us against "
-        "20.0 us per batch, and the repeats overlap."
+        "20.0 us per batch, and the middle halves of their repeats overlap."
     )
     assert "no clear difference" in already
     assert "faster" not in in_loop + already and "slower" not in in_loop + already

@@ -5,7 +5,7 @@ the GPU."""
 
 from __future__ import annotations
 
-import importlib.util
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -21,15 +21,38 @@ from helpers.transfer import to_device
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+SPARSE_INTERVAL = 10.0
+"""Seconds between two redraws of the text bar where its stream is no terminal (a notebook without ipywidgets)."""
+
+
 def progress_bar(**kwargs: Any) -> Any:
-    """A tqdm bar: the notebook widget where ipywidgets is installed, else the text bar. Imported here, not with the
-    module, and never ``tqdm.auto`` without ipywidgets: in a notebook it would warn "IProgress not found" and then
-    fall back to the same text bar."""
-    if importlib.util.find_spec("ipywidgets") is None:
-        from tqdm.std import tqdm
+    """A tqdm bar: the notebook widget where ipywidgets imports, else tqdm's text bar. Never ``tqdm.auto`` without
+    ipywidgets: in a notebook it would warn "IProgress not found" and fall back to the text bar anyway. Where the bar's
+    stream is no terminal, as in a notebook, every redraw of the text bar is stored as one more piece of the cell's
+    output, so there it redraws at most every ``SPARSE_INTERVAL`` seconds and not for a new description or postfix
+    (the next redraw shows them); it always draws when it starts and when it closes."""
+    try:
+        import ipywidgets  # noqa: F401  (only whether it imports matters)
+    except ImportError:
+        pass
     else:
         from tqdm.auto import tqdm
-    return tqdm(**kwargs)
+
+        return tqdm(**kwargs)
+    from tqdm.std import tqdm
+
+    stream = kwargs.get("file") or sys.stderr
+    if getattr(stream, "isatty", lambda: False)():
+        return tqdm(**kwargs)
+
+    class SparseBar(tqdm):
+        def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
+            super().set_description(desc, refresh=False)
+
+        def set_postfix(self, ordered_dict: Any = None, refresh: bool = True, **fields: Any) -> None:
+            super().set_postfix(ordered_dict, refresh=False, **fields)
+
+    return SparseBar(**{"mininterval": SPARSE_INTERVAL, **kwargs})
 
 
 @dataclass

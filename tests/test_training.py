@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import io
 import math
 import sys
 import warnings
@@ -203,7 +204,7 @@ def test_fit_falls_back_to_the_text_bar_quietly_without_ipywidgets(monkeypatch):
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         training.fit(model, train, val, torch.optim.SGD(model.parameters(), lr=0.1), epochs=1, progress=False)
-    assert [type(bar) for bar in bars] == [text_bar]
+    assert len(bars) == 1 and isinstance(bars[0], text_bar)
     assert [str(w.message) for w in seen if w.category is TqdmWarning] == []
     assert "tqdm.auto" not in sys.modules
 
@@ -215,4 +216,56 @@ def test_importing_the_training_helpers_does_not_import_tqdm_auto(monkeypatch):
     monkeypatch.delitem(sys.modules, "helpers.training")
     monkeypatch.setattr(helpers, "training", training)  # put back after the test, as sys.modules' entry is
     importlib.import_module("helpers.training")
+    assert "tqdm.auto" not in sys.modules
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def run_the_ladder_bar(stream: io.StringIO) -> str:
+    """Lesson 09's use of the bar, 18 runs in quick succession, each with a new description; what the stream got."""
+    bar = training.progress_bar(total=18, unit="run", file=stream)
+    for run in range(18):
+        bar.set_description(f"rung {run // 2}")
+        bar.update(1)
+    bar.close()
+    return stream.getvalue()
+
+
+def test_without_ipywidgets_the_text_bar_draws_sparsely_where_its_stream_is_no_terminal(monkeypatch):
+    notebook_without_ipywidgets(monkeypatch)
+    written = run_the_ladder_bar(io.StringIO())
+    draws = written.count("\r")
+    assert draws == 2, written  # when it starts and when it closes; a redraw per run would be 18 pieces of output more
+    last = written.split("\r")[-1]
+    assert "18/18" in last and "rung 8" in last  # the close shows the last description and the count
+    assert "tqdm.auto" not in sys.modules
+
+
+def test_in_a_terminal_the_text_bar_redraws_in_place_as_often_as_tqdm_does(monkeypatch):
+    from tqdm.std import tqdm as text_bar
+
+    notebook_without_ipywidgets(monkeypatch)
+    assert type(training.progress_bar(total=1, file=Terminal())) is text_bar
+    assert run_the_ladder_bar(Terminal()).count("\r") > 10
+
+
+def test_an_ipywidgets_that_is_installed_but_does_not_import_gets_the_text_bar_quietly(monkeypatch, tmp_path):
+    from tqdm.std import TqdmWarning
+    from tqdm.std import tqdm as text_bar
+
+    broken = tmp_path / "ipywidgets"
+    broken.mkdir()
+    (broken / "__init__.py").write_text('raise ImportError("this ipywidgets is broken")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    notebook_without_ipywidgets(monkeypatch)
+    monkeypatch.delitem(sys.modules, "ipywidgets")
+    assert importlib.util.find_spec("ipywidgets") is not None  # found, so a check by name alone would pick tqdm.auto
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        bar = training.progress_bar(total=1, file=io.StringIO())
+    assert isinstance(bar, text_bar)
+    assert [str(w.message) for w in seen if w.category is TqdmWarning] == []
     assert "tqdm.auto" not in sys.modules

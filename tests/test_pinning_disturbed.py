@@ -41,7 +41,7 @@ def test_middle_half_verdict_on_both_sides_of_the_plain_copys_upper_quartile(low
 
 
 def test_one_slow_repeat_of_nine_does_not_overturn_a_lower_median() -> None:
-    # lesson 04 on an H200: 119.6 us against 284.3 us, one repeat of pinning in the loop slower than every plain one
+    # 119.6 us against 284.3 us a batch, one repeat of pinning in the loop slower than every plain one
     in_loop = [100 * US, 105 * US, 110 * US, 115 * US, 119.6 * US, 122 * US, 125 * US, 130 * US, 420 * US]
     times = {"plain": PLAIN_9, "pin in the loop": in_loop, "pinned already": [63 * US] * 9}
     first, second = pinning.pinning_findings(times)

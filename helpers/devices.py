@@ -43,8 +43,8 @@ def _accelerator_available(kind: str) -> bool:
     """Whether a non-CUDA backend ("mps", "xpu") is usable in this process."""
     if kind not in ("mps", "xpu"):
         return False
-    backend = getattr(torch.backends, "mps", None) if kind == "mps" else getattr(torch, "xpu", None)
-    return bool(backend is not None and backend.is_available())
+    backend = torch.backends.mps if kind == "mps" else torch.xpu
+    return bool(backend.is_available())
 
 
 def _arch_supported(index: int) -> bool:
@@ -72,9 +72,8 @@ def available_types() -> list[str]:
     found = []
     if torch.cuda.is_available():
         found.append("cuda")
-    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
-    if accelerator is not None and accelerator.is_available():
-        current = accelerator.current_accelerator()
+    if torch.accelerator.is_available():
+        current = torch.accelerator.current_accelerator()
         # current_accelerator() names the backend torch was built for, which is not proof it works here.
         if current is not None and current.type not in found and _accelerator_available(current.type):
             found.append(current.type)
@@ -140,7 +139,7 @@ def validate(device: str | torch.device) -> torch.device:
                 'GPU T4 x2; elsewhere use another GPU, a PyTorch build for this one, or "cpu".'
             )
     elif kind == "mps" and not _accelerator_available("mps"):
-        built = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_built()
+        built = torch.backends.mps.is_built()
         reason = "this PyTorch build has " + ("MPS, but the machine does not offer it" if built else "no MPS")
         raise DeviceUnavailableError(
             f"MPS was requested but is unavailable ({reason}). MPS needs an Apple-silicon Mac, the macOS wheel of "
@@ -189,10 +188,7 @@ def synchronize(device: str | torch.device) -> None:
     elif device.type == "xpu":
         torch.xpu.synchronize(device)
     elif device.type not in ("cpu", "meta"):
-        accelerator = getattr(torch, "accelerator", None)
-        if accelerator is None:
-            raise ValueError(f"Do not know how to synchronise {device}.")
-        accelerator.synchronize(device)
+        torch.accelerator.synchronize(device)
 
 
 def cuda_autocast_dtype(capability: tuple[int, int]) -> torch.dtype:
@@ -202,17 +198,13 @@ def cuda_autocast_dtype(capability: tuple[int, int]) -> torch.dtype:
 
 
 def autocast_dtype(device: str | torch.device) -> torch.dtype | None:
-    """The dtype ``torch.autocast`` should use on ``device``; None where autocast cannot run (MPS before PyTorch 2.6 or
-    macOS 14). CPUs and other accelerators get bfloat16: float32's range, so no loss scaling."""
+    """The dtype ``torch.autocast`` should use on ``device``; None where autocast cannot run (MPS before macOS
+    14). CPUs and other accelerators get bfloat16: float32's range, so no loss scaling."""
     device = torch.device(device)
     if device.type == "cuda":
         return cuda_autocast_dtype(torch.cuda.get_device_capability(device))
     if device.type == "mps":
-        return (
-            torch.bfloat16
-            if _release(torch.__version__)[:2] >= (2, 6) and torch.backends.mps.is_macos_or_newer(14, 0)
-            else None
-        )
+        return torch.bfloat16 if torch.backends.mps.is_macos_or_newer(14, 0) else None
     return torch.bfloat16
 
 
@@ -302,7 +294,6 @@ def environment_report() -> dict[str, Any]:
         }
         for i, props in enumerate(map(torch.cuda.get_device_properties, range(count)))
     ]
-    mps = getattr(torch.backends, "mps", None)
     override = os.environ.get(ENV_DEVICE, "").strip()
     try:
         auto_device = str(pick_device())
@@ -319,7 +310,7 @@ def environment_report() -> dict[str, Any]:
         "cuda_arch_list": torch.cuda.get_arch_list() if torch.version.cuda else [],
         "gpus": gpus,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "mps_built": bool(mps is not None and mps.is_built()),
+        "mps_built": torch.backends.mps.is_built(),
         "mps_available": _accelerator_available("mps"),
         "xpu_available": _accelerator_available("xpu"),
         "cpu_threads": torch.get_num_threads(),

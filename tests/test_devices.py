@@ -23,8 +23,7 @@ def _no_override(monkeypatch):
 def no_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(devices, "_accelerator_available", lambda kind: False)
-    if hasattr(torch, "accelerator"):
-        monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
 
 
 @pytest.fixture
@@ -57,19 +56,12 @@ def test_auto_takes_mps_when_no_cuda(monkeypatch, no_gpu):
 
 
 def test_accelerator_that_is_not_usable_is_ignored(monkeypatch, no_gpu):
-    if not hasattr(torch, "accelerator"):
-        pytest.skip("this torch has no torch.accelerator")
     # current_accelerator() may name a backend this machine cannot use
     monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
     monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda *a, **k: torch.device("xpu"))
     assert devices.available_types() == ["cpu"]
     monkeypatch.setattr(devices, "_accelerator_available", lambda kind: kind == "xpu")
     assert devices.available_types() == ["xpu", "cpu"]
-
-
-def test_works_without_torch_accelerator(monkeypatch, no_gpu):
-    monkeypatch.delattr(torch, "accelerator", raising=False)
-    assert pick_device() == torch.device("cpu")
 
 
 @pytest.mark.parametrize("name", ["tpu", "gpu", "cuda0", "", "meta"])

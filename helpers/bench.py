@@ -111,11 +111,6 @@ class Measurement:
         return self.images / self.seconds
 
     @property
-    def spread(self) -> float:
-        """(slowest - fastest) / median of the repeats; 0 with a single repeat."""
-        return self.timing.spread
-
-    @property
     def step_seconds(self) -> float:
         """Median seconds per batch."""
         return self.seconds / self.batches
@@ -360,7 +355,7 @@ def format_table(results: list[Measurement], epoch_images: int | None = None, wo
         for t in tasks:
             m = by[(p, t)]
             ratio = ratio_text(versus[(p, t)].speedup) if (p, t) in versus else "-"
-            cells.append(f"{m.images_per_second:,.0f} ({m.spread:.0%}) {ratio:>6}")
+            cells.append(f"{m.images_per_second:,.0f} ({m.timing.spread:.0%}) {ratio:>6}")
         if epoch_images:
             cells.append(f"{epoch_images / by[(p, tasks[-1])].images_per_second:.1f} s")
         rows.append(cells)
@@ -448,7 +443,13 @@ def format_grid(grid: dict[str, dict[int, Measurement]], epoch_images: int | Non
     for dev, per_size in grid.items():
         for bs in sorted(per_size):
             m = per_size[bs]
-            cells = [dev, str(bs), f"{m.step_seconds * 1e3:.2f}", f"{m.spread:.0%}", f"{m.images_per_second:,.0f}"]
+            cells = [
+                dev,
+                str(bs),
+                f"{m.step_seconds * 1e3:.2f}",
+                f"{m.timing.spread:.0%}",
+                f"{m.images_per_second:,.0f}",
+            ]
             if busy:
                 cells.append("-" if m.busy is None else f"{m.busy / m.step_seconds:.0%}")
             if epoch_images:

@@ -217,9 +217,12 @@ def gpu_section(device: str | torch.device, shows: str, needed: int = 1) -> bool
 
 
 def machine_gpus(shows: str, needed: int = 1) -> bool:
-    """The gate of a section that only describes the machine's CUDA GPUs (names, memory, compute capability) and runs
-    nothing on them, so it does not depend on the lesson's device: True when at least ``needed`` are visible; otherwise
-    print one line saying what is skipped and why. Work on a GPU goes under ``gpu_section`` instead."""
+    """The gate of a section that only describes the machine's CUDA GPUs (names, memory, compute capability), so it
+    does not depend on the lesson's device: True when at least ``needed`` are visible; otherwise print one line saying
+    what is skipped and why. The calls that describe a GPU (``get_device_name``, ``get_device_properties``,
+    ``current_device``) launch no work on it, but the first of them runs PyTorch's CUDA initialisation in the process
+    (``torch.cuda._lazy_init``; a process forked after it cannot use CUDA), also when the lesson runs on the CPU: where
+    a CPU run must leave CUDA alone, use ``gpu_section``. Work on a GPU goes under ``gpu_section`` too."""
     count = cuda_gpu_count()
     if count >= needed:
         return True

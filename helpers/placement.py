@@ -86,15 +86,16 @@ def odd_ones_out(entries: list[Placement], expected: str | torch.device | None =
 
 
 def format_placements(entries: list[Placement], expected: str | torch.device | None = None) -> str:
-    """A plain-text table, one row per tensor, the odd ones out marked with ``<-``."""
+    """A plain-text table, one row per tensor; when some tensors are odd ones out, a "note" column marks them with
+    ``<- odd one out``."""
 
     if not entries:
         return "(no tensors)"
     odd = {id(e) for e in odd_ones_out(entries, expected)}
-    rows = [("name", "kind", "device", "shape", "dtype", "")]
+    rows = [["name", "kind", "device", "shape", "dtype"] + (["note"] if odd else [])]
     for e in entries:
-        mark = "<- odd one out" if id(e) in odd else ""
-        rows.append((e.name, e.kind, str(e.device), str(e.shape), str(e.dtype).removeprefix("torch."), mark))
+        row = [e.name, e.kind, str(e.device), str(e.shape), str(e.dtype).removeprefix("torch.")]
+        rows.append(row + (["<- odd one out" if id(e) in odd else ""] if odd else []))
     return format_rows(rows)
 
 

@@ -96,7 +96,8 @@ def test_report_prints_table_and_names_odd_ones(capsys):
     out = capsys.readouterr().out
     assert [e.name for e in odd] == ["batch['y']"]
     lines = out.splitlines()
-    assert lines[0].split() == ["name", "kind", "device", "shape", "dtype"]
+    assert lines[0].split() == ["name", "kind", "device", "shape", "dtype", "note"]
+    assert len(lines[1].split()) == 6  # one rule under each titled column, none under an untitled one
     marked = [line for line in lines if "<- odd one out" in line]
     assert len(marked) == 1 and marked[0].startswith("batch['y']") and "cpu" in marked[0] and "int64" in marked[0]
     assert "Not on meta" in lines[-1] and "batch['y'] (cpu)" in lines[-1]
@@ -104,7 +105,10 @@ def test_report_prints_table_and_names_odd_ones(capsys):
 
 def test_report_all_on_one_device_and_empty(capsys):
     assert placement.report(nn.Linear(2, 2)) == []
-    assert "All 2 tensors are on cpu." in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "All 2 tensors are on cpu." in out
+    head, rule = out.splitlines()[:2]
+    assert head.split() == ["name", "kind", "device", "shape", "dtype"] and len(rule.split()) == 5  # no note column
     assert placement.report() == []
     out = capsys.readouterr().out
     assert "(no tensors)" in out and "No tensors found." in out

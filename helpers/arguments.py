@@ -93,6 +93,7 @@ def _ints(text: str) -> list[int]:
 positive_int = Kind("a whole number of at least 1", lambda v: _whole(v, 1), int)
 count = Kind("a whole number of at least 0", lambda v: _whole(v, 0), int)
 positive_number = Kind("a number greater than 0", _positive_number, float)
+rank_or_none = Kind("a process's rank (a whole number from 0), or -1 for none", lambda v: _whole(v, -1), int)
 seconds = Kind("a number of seconds greater than 0", _positive_number, float)
 positive_ints = Kind(
     "a non-empty list of whole numbers of at least 1",

@@ -5,16 +5,15 @@
 
 torchrun gives each process RANK, LOCAL_RANK, WORLD_SIZE and the address where they meet; started without it, the
 script is rank 0 of a world of one (nanoGPT's train.py checks for RANK the same way). Only rank 0 logs and saves.
-helpers/single_train.py holds the same loop without DDP, and the data and options both scripts share.
---check-equivalence compares with one process on the global batch (helpers/ddp_check.py); --fail-rank R: rank R fails.
+helpers/single_train.py holds the same loop without DDP, and the data and options both scripts share;
+helpers/distributed.py joins and leaves the process group. --check-equivalence compares with one process on the
+global batch (helpers/ddp_check.py); --fail-rank R: rank R fails (the lesson's failure demo).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -22,16 +21,17 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch
+import torch._dynamo  # noqa: F401  before any process group (helpers.distributed.leaving_cleanly says why)
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from helpers import ddp_check
+from helpers import arguments, ddp_check, distributed
 from helpers.checkpoints import save_checkpoint
+from helpers.distributed import say
 from helpers.models import build_model
-from helpers.parallel import fail_rank_problem, lost_a_peer, say
 from helpers.single_train import CHECKPOINT_FILE, SUMMARY_FILE, load_data, parser
 from helpers.training import evaluate
 
@@ -39,62 +39,30 @@ from helpers.training import evaluate
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """single_train's options, plus those of a job of several processes."""
     p = parser("python -m helpers.ddp_train", __doc__.splitlines()[0])
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds a collective may wait before failing")
+    p.add_argument("--timeout", type=arguments.seconds, default=60.0, help="seconds a collective may wait (default 60)")
     p.add_argument("--check-equivalence", action="store_true", help="compare with one process on the global batch")
-    p.add_argument("--equivalence-steps", type=int, default=ddp_check.STEPS, help="steps compared (0: all)")
-    p.add_argument("--fail-rank", type=int, default=-1, help="this rank (0 to N-1) raises on its first step")
+    p.add_argument("--equivalence-steps", type=arguments.count, default=ddp_check.STEPS, help="steps compared (0: all)")
+    p.add_argument("--fail-rank", type=arguments.rank_or_none, default=-1, help="this rank fails at the start")
     args = p.parse_args(argv)
-    if args.fail_rank < -1:
-        p.error(f"--fail-rank {args.fail_rank} names no rank: ranks start at 0; -1 (the default) means none.")
+    distributed.check_fail_rank(args.fail_rank)  # a rank this job has, or every process exits with one message
     return args
 
 
 @record  # on failure, torchrun's summary shows this process's traceback, not only an exit code
 def main(argv: Sequence[str] | None = None) -> int:
-    """Set up this process's device and process group, train, tear down; returns the exit code."""
     args = parse_args(argv)
-    torchrun = "RANK" in os.environ  # else: rank 0 of a world of one
-    rank, world_size = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if torchrun else (0, 1)
-    problem = fail_rank_problem(args.fail_rank, world_size)
-    if problem:
-        if rank == 0:  # every rank refuses; one says why
-            say(f"helpers.ddp_train: {problem}", sys.stderr)
-        return 2
-    local_rank, local_world_size = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    device = torch.device("cpu")
-    if args.device == "cuda" or (args.device == "auto" and gpus >= local_world_size):  # a GPU for every process
-        if local_rank >= gpus:
-            raise RuntimeError(f"Local rank {local_rank} needs its own GPU, but only {gpus} are visible.")
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # "the current GPU" of this process: its own, not GPU 0 for everyone
-    backend = "nccl" if device.type == "cuda" else "gloo"
     data = load_data(args)  # before the process group: a download may take longer than the collective timeout
-    # DDP imports torch._dynamo the first time it wraps a model. Imported while a process group exists, dynamo keeps
-    # references to that group, so destroy_process_group cannot free it: gloo's worker threads then live on into
-    # interpreter shutdown, where now and then one of them aborts the process (exit -6, "terminate called without an
-    # active exception") after training has finished. Imported before the group exists, it holds no reference.
-    importlib.import_module("torch._dynamo")
-    # The timeout turns a collective that waits for a dead or stuck peer into an error within seconds (defaults:
-    # 10 minutes with nccl, 30 with gloo). device_id binds the group to this GPU (nccl connects at once).
-    alone = {} if torchrun else {"store": dist.HashStore(), "rank": 0, "world_size": 1}  # no one to meet
+    device = distributed.process_device(args.device)  # cuda:LOCAL_RANK where every process has a GPU, else the CPU
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # this process's "current GPU": its own, not GPU 0 for every process
     dist.init_process_group(
-        backend, timeout=timedelta(seconds=args.timeout), device_id=device if device.type == "cuda" else None, **alone
+        "nccl" if device.type == "cuda" else "gloo",
+        timeout=timedelta(seconds=args.timeout),  # a dead or stuck peer: an error in seconds, not 10 or 30 minutes
+        device_id=device if device.type == "cuda" else None,  # binds the group to this GPU: nccl connects at once
+        **distributed.world_of_one(),  # without torchrun: rank 0 of a world of one
     )
-    try:
+    with distributed.leaving_cleanly(args.timeout):  # a barrier at the end; destroy_process_group whatever happens
         train(args, data, device)
-        # Wait for every rank before tearing down: a process that leaves right after its last collective can abort
-        # its peer (seen with gloo on two CPU processes: SIGABRT, "terminate called without an active exception").
-        dist.barrier()
-    except Exception as exc:
-        if lost_a_peer(exc):  # not this rank's failure: torchrun stops every process once the failed one has exited,
-            # and its report then names the rank that failed first, not whichever process happened to exit first.
-            first_line = (str(exc).strip() or type(exc).__name__).splitlines()[0]
-            say(f"[rank {rank}] lost a peer ({first_line}); waiting for torchrun to stop the job")
-            time.sleep(args.timeout)
-        raise
-    finally:
-        dist.destroy_process_group()  # also after an error, so the process exits without leaking the group
     return 0
 
 
@@ -114,14 +82,13 @@ def train(args: argparse.Namespace, data: tuple[TensorDataset, TensorDataset], d
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()  # a mean: DDP averages the ranks' gradients, so the step is the global batch's
 
+    distributed.fail_here(args.fail_rank)  # the failure demo: the other ranks wait for this one at their first step
     Path(args.out).mkdir(parents=True, exist_ok=True)
     start, history = time.perf_counter(), []
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
         totals = torch.zeros(2, device=device)  # (sum of losses, number of images) on this rank
         for X, y in loader:
-            if rank == args.fail_rank:
-                raise RuntimeError(f"rank {rank} fails on purpose (--fail-rank {rank})")
             X, y = X.to(device), y.to(device)
             loss = loss_fn(model(X), y)
             optimizer.zero_grad()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import ddp_check, ddp_train, parallel, single_train
+from helpers import ddp_check, ddp_train, distributed, single_train
 from helpers.checkpoints import load_checkpoint
 from helpers.data import DatasetUnavailableError
 from helpers.models import build_model
@@ -30,7 +30,7 @@ def _report(result) -> str:
 @pytest.mark.slow
 def test_two_processes_equal_one_process_on_the_global_batch(tmp_path: Path) -> None:
     args = ["--device", "cpu", "--epochs", "2", "--synthetic-size", "256", "--batch-size", "16", "--check-equivalence"]
-    result = parallel.torchrun(2, [*args, "--out", str(tmp_path)], timeout=180)
+    result = distributed.torchrun(2, [*args, "--out", str(tmp_path)], timeout=180)
     assert result.returncode == 0, _report(result)
     summary = json.loads((tmp_path / ddp_train.SUMMARY_FILE).read_text())
     assert summary["world_size"] == 2 and summary["backend"] == "gloo"
@@ -49,7 +49,7 @@ def test_two_processes_equal_one_process_on_the_global_batch(tmp_path: Path) -> 
 def test_ten_launches_in_a_row_all_succeed(tmp_path: Path) -> None:
     start = time.perf_counter()
     for attempt in range(10):
-        result = parallel.torchrun(2, [*QUICK, "--out", str(tmp_path / str(attempt))], timeout=120)
+        result = distributed.torchrun(2, [*QUICK, "--out", str(tmp_path / str(attempt))], timeout=120)
         assert result.returncode == 0, f"launch {attempt + 1} of 10 failed:\n{_report(result)}"
         assert (tmp_path / str(attempt) / ddp_train.CHECKPOINT_FILE).is_file()
     print(f"10 launches in {time.perf_counter() - start:.1f} s")
@@ -58,10 +58,12 @@ def test_ten_launches_in_a_row_all_succeed(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_failing_rank_ends_the_job_with_an_error(tmp_path: Path) -> None:
     start = time.perf_counter()
-    result = parallel.torchrun(2, [*QUICK, "--out", str(tmp_path), "--fail-rank", "1", "--timeout", "30"], timeout=120)
+    result = distributed.torchrun(
+        2, [*QUICK, "--out", str(tmp_path), "--fail-rank", "1", "--timeout", "30"], timeout=120
+    )
     assert result.returncode != 0
     assert time.perf_counter() - start < 120
-    cause = parallel.root_cause(result.stderr)
+    cause = distributed.root_cause(result.stderr)
     assert cause[:2] == ["rank: 1 (local_rank: 1)", "exitcode: 1"], _report(result)
     assert cause[-1] == "RuntimeError: rank 1 fails on purpose (--fail-rank 1)"
     assert not (tmp_path / ddp_train.SUMMARY_FILE).exists()
@@ -87,7 +89,7 @@ def test_the_process_group_is_gone_before_the_interpreter_shuts_down(tmp_path: P
     (tmp_path / "teardown_probe.py").write_text(TEARDOWN_PROBE)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
     args = [str(tmp_path), *QUICK, "--out", str(tmp_path / "out")]
-    result = parallel.torchrun(2, args, timeout=120, module="teardown_probe")
+    result = distributed.torchrun(2, args, timeout=120, module="teardown_probe")
     assert result.returncode == 0, _report(result)
     for rank in (0, 1):
         threads = (tmp_path / f"rank{rank}.txt").read_text().split()
@@ -115,8 +117,8 @@ def test_a_timed_out_launch_leaves_no_worker_running(tmp_path: Path, monkeypatch
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
     start = time.perf_counter()
     with pytest.raises(subprocess.TimeoutExpired):
-        parallel.torchrun(2, [str(tmp_path)], timeout=TIMEOUT_TEST_S, module="sleeper")
-    assert time.perf_counter() - start < TIMEOUT_TEST_S + parallel.STOP_GRACE
+        distributed.torchrun(2, [str(tmp_path)], timeout=TIMEOUT_TEST_S, module="sleeper")
+    assert time.perf_counter() - start < TIMEOUT_TEST_S + distributed.STOP_GRACE
     pids = [int(path.stem) for path in tmp_path.glob("*.pid")]
     assert len(pids) == 2, "both workers should have started before the timeout"
     deadline = time.monotonic() + 5
@@ -162,7 +164,7 @@ def test_global_batches_are_the_union_of_the_rank_batches() -> None:
 
 
 def test_root_cause_without_a_report() -> None:
-    assert parallel.root_cause("all good") == []
+    assert distributed.root_cause("all good") == []
 
 
 @pytest.mark.slow
@@ -177,12 +179,12 @@ def test_load_data_reads_images_as_normalised_tensors() -> None:
 
 
 def test_the_terminal_line_is_the_command_that_runs() -> None:
-    line = parallel.torchrun_line(2, ["--epochs", "1"])
+    line = distributed.torchrun_line(2, ["--epochs", "1"])
     assert line == "torchrun --standalone --nproc_per_node=2 -m helpers.ddp_train --epochs 1"
-    assert parallel.torchrun_command(2, ["--epochs", "1"])[-6:] == line.split()[1:]
+    assert distributed.torchrun_command(2, ["--epochs", "1"])[-6:] == line.split()[1:]
 
 
 def test_a_lost_peer_is_told_apart_from_a_rank_of_its_own_failing() -> None:
     gone = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:544] Connection closed by peer [::1]:1")
-    assert parallel.lost_a_peer(gone)
-    assert not parallel.lost_a_peer(RuntimeError("rank 1 fails on purpose (--fail-rank 1)"))
+    assert distributed.lost_a_peer(gone)
+    assert not distributed.lost_a_peer(RuntimeError("rank 1 fails on purpose (--fail-rank 1)"))

@@ -16,8 +16,9 @@ import pytest
 import torch
 from torch import nn
 
+from helpers.distributed import child_stderr, wait_for_exit
 from helpers.models import MLP
-from helpers.parallel import child_stderr, replica_split, strip_module_prefix, wait_for_exit
+from helpers.parallel import replica_split, strip_module_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -156,13 +157,13 @@ def test_wait_for_exit_stops_children_that_overrun_and_says_so() -> None:
 
 NOTEBOOK_WORKER = """
 import torch.multiprocessing as mp
-from helpers import parallel
+from helpers import distributed
 
 def worker(rank):  # lives in __main__ of `python -c`, which a spawned child cannot import: every child fails alike
     print("hello from rank", rank)
 
 context = mp.start_processes(worker, nprocs=2, join=False, start_method="spawn")
-parallel.wait_for_exit(context.processes, timeout=60)
+distributed.wait_for_exit(context.processes, timeout=60)
 try:
     context.join()
 except mp.ProcessExitedException as error:

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from helpers import ddp_train, parallel
+from helpers import ddp_train, distributed
 
 QUICK = ["--device", "cpu", "--epochs", "1", "--synthetic-size", "64", "--batch-size", "16"]
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for i in range(1, args.launches + 1):
             with tempfile.TemporaryDirectory() as out:
-                result = parallel.torchrun(args.nproc, [*QUICK, "--out", out], timeout=300)
+                result = distributed.torchrun(args.nproc, [*QUICK, "--out", out], timeout=300)
                 ok = result.returncode == 0 and (Path(out) / ddp_train.CHECKPOINT_FILE).is_file()
             if not ok:
                 log = log_dir / f"launch-{i:03d}.log"

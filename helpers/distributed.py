@@ -1,0 +1,258 @@
+"""Processes that train together (lesson 07): joining and leaving a process group from a training script, and, from
+a notebook, starting torchrun with a plan, a timeout and a clean stop, then reading what the processes wrote."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import logging
+import multiprocessing.connection
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from typing import IO, Any, NamedTuple
+
+import torch
+import torch.distributed as dist
+
+
+def process_device(choice: str) -> torch.device:
+    """This process's device: with ``choice`` "cuda", or "auto" and a GPU for every process on this node, GPU
+    ``LOCAL_RANK`` (torchrun sets it; 0 in a world of one); otherwise the CPU."""
+    local_rank, local_world_size = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if choice == "cuda" or (choice == "auto" and gpus >= local_world_size):
+        if local_rank >= gpus:
+            raise RuntimeError(f"Local rank {local_rank} needs its own GPU, but only {gpus} are visible.")
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def world_of_one() -> dict[str, Any]:
+    """``init_process_group``'s extra arguments: none under torchrun (``RANK`` is set: the group meets at torchrun's
+    store); without it, rank 0 of a world of one with a store in this process's memory (nanoGPT's train.py also
+    tells the two cases apart by ``RANK``)."""
+    return {} if "RANK" in os.environ else {"store": dist.HashStore(), "rank": 0, "world_size": 1}
+
+
+@contextlib.contextmanager
+def leaving_cleanly(timeout: float) -> Iterator[None]:
+    """Leave the process group cleanly however the block ends.
+
+    After the block, a barrier: a process that leaves right after its last collective can abort its peer (seen with
+    gloo on two CPU processes: SIGABRT, "terminate called without an active exception"). After an error caused by a
+    peer that went away, this rank waits up to ``timeout`` seconds for torchrun to stop the job, so that torchrun's
+    report names the rank that failed first rather than whichever process happened to exit first. In every case
+    ``destroy_process_group``, so no process exits holding the group.
+
+    One more condition lies outside this function: DDP imports torch._dynamo the first time it wraps a model, and
+    imported while a process group exists, dynamo keeps references to that group, so ``destroy_process_group`` cannot
+    free it; gloo's worker threads then live on into interpreter shutdown, where now and then one of them aborts the
+    process (exit -6, "terminate called without an active exception") after training has finished. A script imports
+    torch._dynamo before it creates its group, as helpers/ddp_train.py does.
+    """
+    try:
+        yield
+        dist.barrier()
+    except Exception as exc:
+        if lost_a_peer(exc):
+            first_line = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+            say(f"[rank {dist.get_rank()}] lost a peer ({first_line}); waiting for torchrun to stop the job")
+            time.sleep(timeout)
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def check_fail_rank(fail_rank: int) -> None:
+    """Refuse a ``--fail-rank`` this job does not have, before anything starts: every process exits with status 2 and
+    rank 0 alone says why (``WORLD_SIZE`` and ``RANK`` as torchrun sets them; a world of one without it)."""
+    problem = fail_rank_problem(fail_rank, int(os.environ.get("WORLD_SIZE", 1)))
+    if problem:
+        if int(os.environ.get("RANK", 0)) == 0:
+            say(f"helpers.ddp_train: {problem}", sys.stderr)
+        raise SystemExit(2)
+
+
+def fail_here(fail_rank: int) -> None:
+    """Lesson 07's failure demo (``--fail-rank``): rank ``fail_rank`` raises here (none when it is -1)."""
+    if dist.get_rank() == fail_rank:
+        raise RuntimeError(f"rank {fail_rank} fails on purpose (--fail-rank {fail_rank})")
+
+
+@contextlib.contextmanager
+def child_stderr() -> Iterator[list[str]]:
+    """Collect the lines child processes started in the block write to descriptor 2 (not ``sys.stderr``), on exit."""
+    lines: list[str] = []
+    spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+    level = spawn_log.level
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        spawn_log.setLevel(logging.ERROR)  # its warning that it terminates the other children names process ids
+        try:
+            yield lines
+        finally:
+            spawn_log.setLevel(level)
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines.extend(sink.read().decode(errors="replace").splitlines())
+
+
+def wait_for_exit(processes: Sequence[Any], timeout: float) -> None:
+    """Wait until all ``processes`` (multiprocessing) have exited; after ``timeout`` s stop them and raise TimeoutError.
+    ``ProcessContext.join`` then checks the ended children in order: of several alike failures, it names the first."""
+    deadline = time.monotonic() + timeout
+    running = [p for p in processes if p.exitcode is None]
+    while running:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            for process in running:
+                process.terminate()
+            for process in running:
+                process.join(5)
+            raise TimeoutError(
+                f"{len(running)} of {len(processes)} child processes did not finish within {timeout:g} s"
+            )
+        multiprocessing.connection.wait([p.sentinel for p in running], timeout=left)
+        running = [p for p in running if p.exitcode is None]
+
+
+SCRIPT = "helpers.ddp_train"
+STOP_GRACE = 40.0  # seconds torchrun gets to stop its workers after SIGTERM (it gives them 30 s) before it is killed
+CPU_PROCESSES = 2  # gloo processes in a plan without GPUs: the fewest that have something to synchronise
+
+
+def torchrun_command(nproc: int, script_args: Sequence[str] = (), module: str = SCRIPT) -> list[str]:
+    """``torchrun --standalone ...`` as ``python -m torch.distributed.run``: this Python, never another on PATH."""
+    args = ["--standalone", f"--nproc_per_node={nproc}", "-m", module, *script_args]
+    return [sys.executable, "-m", "torch.distributed.run", *args]
+
+
+def torchrun_line(nproc: int, script_args: Sequence[str] = (), module: str = SCRIPT) -> str:
+    """The same launch as one would type it in a terminal: ``torchrun --standalone ...``."""
+    return shlex.join(["torchrun", *torchrun_command(nproc, script_args, module)[3:]])
+
+
+class ProcessPlan(NamedTuple):
+    """How many processes a launch starts, the backend that connects them, the script's ``--device``, and why."""
+
+    nproc: int
+    backend: str
+    device: str
+    why: str = ""
+    """Why the plan runs on CPU processes rather than the lesson's GPUs ("" for an nccl plan)."""
+
+    def describe(self) -> str:
+        if self.backend == "nccl":
+            return f"{self.nproc} processes with nccl, one per visible GPU ({self.nproc} GPUs)"
+        return f"{self.nproc} CPU processes with gloo" + (f" ({self.why})" if self.why else "")
+
+
+def process_plan(device_type: str, gpu_count: int) -> ProcessPlan:
+    """One nccl process per visible GPU when the lesson runs on CUDA and at least two GPUs are visible; else two CPU
+    processes with gloo, so that there is always a second process to average with (nccl needs a GPU per process)."""
+    if gpu_count < 0:
+        raise ValueError(f"gpu_count cannot be negative, got {gpu_count}.")
+    if device_type == "cuda" and gpu_count >= 2:  # a second GPU: a second process to average with
+        return ProcessPlan(gpu_count, "nccl", "cuda")
+    if device_type == "cuda" and gpu_count == 1:
+        why = "one CUDA GPU is visible: nccl needs a GPU per process, and one process has no gradients to average"
+    elif gpu_count == 0 and device_type in ("cpu", "cuda"):
+        why = "no CUDA GPU is visible"
+    elif device_type == "cpu":
+        why = f"the lesson runs on the CPU, not on this machine's CUDA GPU{'s' if gpu_count > 1 else ''}"
+    else:
+        why = f"DDP's GPU backend, nccl, is for CUDA GPUs, and the lesson runs on {device_type}"
+    return ProcessPlan(CPU_PROCESSES, "gloo", "cpu", why)
+
+
+def fail_rank_problem(fail_rank: int, world_size: int) -> str | None:
+    """Why ``--fail-rank`` cannot work with ``world_size`` processes, with the fix; None when it can."""
+    if fail_rank == -1 or 0 <= fail_rank < world_size:
+        return None
+    ranks, es = ("0", "") if world_size == 1 else (f"0 to {world_size - 1}", "es")
+    return (
+        f"--fail-rank {fail_rank} names no rank of this job: with {world_size} process{es} the ranks are {ranks}. "
+        "Pick one of them, or -1 (the default) for no failing rank."
+    )
+
+
+def torchrun(
+    nproc: int, script_args: Sequence[str] = (), timeout: float = 120.0, module: str = SCRIPT
+) -> subprocess.CompletedProcess[str]:
+    """Run ``module`` (the lesson 07 script by default) under torchrun and capture its output; no worker outlives it.
+    A timeout raises subprocess.TimeoutExpired with the output so far; a bad ``--fail-rank`` raises ValueError first."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--fail-rank")
+    fail_rank = parser.parse_known_args(script_args)[0].fail_rank
+    if module == SCRIPT and fail_rank is not None and fail_rank.lstrip("-").isdigit():  # else the script complains
+        problem = fail_rank_problem(int(fail_rank), nproc)
+        if problem:
+            raise ValueError(problem)
+    command = torchrun_command(nproc, script_args, module)
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # minus torchrun's warning
+    # Files rather than pipes: reading a pipe waits until every process holding it has exited.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=env)
+        try:
+            process.wait(timeout=timeout)
+        except BaseException as exc:  # the timeout, or KeyboardInterrupt: the notebook's stop button
+            # SIGTERM: torchrun then stops its workers (in sessions of their own) and exits; SIGKILL would orphan them.
+            process.terminate()
+            try:
+                process.wait(timeout=STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            if not isinstance(exc, subprocess.TimeoutExpired):
+                raise
+            out.seek(0), err.seek(0)
+            raise subprocess.TimeoutExpired(command, timeout, output=out.read(), stderr=err.read()) from None
+        out.seek(0), err.seek(0)
+        return subprocess.CompletedProcess(command, process.returncode, out.read(), err.read())
+
+
+def root_cause(stderr: str) -> list[str]:
+    """From torchrun's failure report: the failed rank, its exit code and its last error line (no paths or times)."""
+    lines = stderr.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Root Cause")]
+    if not starts:
+        return []
+    after = lines[starts[-1] + 1 :]
+    block = [line.strip() for line in itertools.takewhile(lambda line: not line.startswith("="), after)]
+    fields = [(key.strip(), value) for key, _, value in (text.partition(":") for text in block)]
+    found = [f"{key}: {value.split('(pid')[0].strip()}" for key, value in fields if key in ("rank", "exitcode")]
+    found += [text for text in block if text][-1:]  # with @record in the worker, the traceback ends with the error
+    return found
+
+
+def say(line: str, stream: IO[str] | None = None) -> None:
+    """Print one line in one write (unbuffered, ``print`` writes the newline apart): ranks' lines never interleave."""
+    stream = sys.stdout if stream is None else stream
+    stream.flush()  # whatever this process printed before goes out first
+    data = (line + "\n").encode(getattr(stream, "encoding", None) or "utf-8", errors="replace")
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a notebook's or a test's captured stream)
+        stream.write(line + "\n")
+        stream.flush()
+        return
+    while data:  # a regular file or a pipe takes a short line in one write; loop only if it did not
+        data = data[os.write(fd, data) :]
+
+
+# How gloo words a collective whose peer process has exited (torch 2.8 says it at once; 2.14 may just wait).
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+
+def lost_a_peer(exc: BaseException) -> bool:
+    """Whether a collective failed because another rank's process went away, not because of this rank."""
+    return any(text in str(exc) for text in PEER_GONE)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import re
-import subprocess
 import sys
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -211,52 +209,6 @@ def autocast_dtype(device: str | torch.device) -> torch.dtype | None:
 def needs_grad_scaler(dtype: torch.dtype | None) -> bool:
     """Whether training under autocast with ``dtype`` needs a GradScaler: float16 only, whose range is narrow."""
     return dtype is torch.float16
-
-
-def child_output(code: str, env: Mapping[str, str | None] | None = None, timeout: float = 300.0) -> str:
-    """Run ``code`` in a fresh Python process, the place to show a setting read once per process such as
-    CUDA_VISIBLE_DEVICES, and return its stdout, stripped (lesson 01). ``env`` edits the child's environment: a string
-    sets a variable, ``None`` removes it; the rest is inherited."""
-    if not isinstance(code, str) or not code.strip():
-        raise ValueError("code must be the Python source to run in the child, as a non-empty string.")
-    child_env = dict(os.environ)
-    for name, value in (env or {}).items():
-        if value is None:
-            child_env.pop(name, None)
-        elif isinstance(value, str):
-            child_env[name] = value
-        else:
-            raise TypeError(f"env[{name!r}] must be a string (to set it) or None (to remove it), got {value!r}.")
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", code], env=child_env, capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        raise ChildProcessError(
-            f"The child Python process did not finish within {timeout:g} s; a busy machine can be that slow "
-            "(importing torch takes seconds): run the cell again, or pass a longer timeout."
-        ) from None
-    if done.returncode != 0:
-        said = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
-        raise ChildProcessError(f"The child Python process failed (exit status {done.returncode}): {said[-1]}")
-    return done.stdout.strip()
-
-
-def hiding_outcome(machine_gpus: int, count: int, tensor_on: str | None) -> str:
-    """What a child process shows about hiding GPUs (lesson 01): ``machine_gpus`` seen without the variable, ``count``
-    from the child's ``torch.cuda.device_count()`` with it, ``tensor_on`` where a "cuda" tensor landed (None: no GPU
-    would take it)."""
-    if machine_gpus < 0 or count < 0:
-        raise ValueError(f"GPU counts cannot be negative, got machine_gpus={machine_gpus}, count={count}.")
-    if machine_gpus == 0:
-        return "nothing to hide: this machine shows no CUDA GPU even without the variable"
-    if tensor_on is None:
-        if count == 0:
-            return "hidden: no GPU counted, and no tensor could be put on one"
-        return f"device_count() said {count}, yet no tensor could be put on a GPU"
-    if count == 0:
-        return f"NOT hidden: device_count() said 0, yet a tensor still landed on {tensor_on}"
-    return f"NOT hidden: device_count() said {count}, and a tensor landed on {tensor_on}"
 
 
 def runtime() -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import devices
+from helpers import devices, visible_devices
 from helpers.devices import DeviceUnavailableError, pick_device
 
 
@@ -260,28 +260,28 @@ def test_child_output_sets_and_removes_variables(monkeypatch):
         "import os; env = os.environ; "
         "print(env.get('COURSE_CHILD_SET'), env.get('COURSE_CHILD_GONE'), env['COURSE_CHILD_KEPT'])"
     )
-    out = devices.child_output(code, env={"COURSE_CHILD_SET": "x=1", "COURSE_CHILD_GONE": None})
+    out = visible_devices.child_output(code, env={"COURSE_CHILD_SET": "x=1", "COURSE_CHILD_GONE": None})
     assert out == "x=1 None inherited"
-    assert devices.child_output("print('  padded  ')") == "padded"
+    assert visible_devices.child_output("print('  padded  ')") == "padded"
 
 
 def test_child_output_hides_every_gpu_with_an_empty_value():
     code = "import torch; print(torch.cuda.device_count(), torch.cuda.is_available())"
-    assert devices.child_output(code, env={"CUDA_VISIBLE_DEVICES": ""}) == "0 False"
+    assert visible_devices.child_output(code, env={"CUDA_VISIBLE_DEVICES": ""}) == "0 False"
 
 
 def test_child_output_reports_a_failing_child_by_its_last_line():
     with pytest.raises(ChildProcessError, match=r"exit status 1\): ZeroDivisionError: division by zero"):
-        devices.child_output("print('partial'); 1 / 0")
+        visible_devices.child_output("print('partial'); 1 / 0")
 
 
 def test_child_output_rejects_bad_input_and_says_why():
     with pytest.raises(ValueError, match="non-empty string"):
-        devices.child_output("  ")
+        visible_devices.child_output("  ")
     with pytest.raises(TypeError, match=r"env\['CUDA_VISIBLE_DEVICES'\] must be a string .* or None"):
-        devices.child_output("print(1)", env={"CUDA_VISIBLE_DEVICES": 0})
+        visible_devices.child_output("print(1)", env={"CUDA_VISIBLE_DEVICES": 0})
     with pytest.raises(ChildProcessError, match=r"did not finish within 0.5 s"):
-        devices.child_output("import time; time.sleep(30)", timeout=0.5)
+        visible_devices.child_output("import time; time.sleep(30)", timeout=0.5)
 
 
 @pytest.mark.parametrize(
@@ -295,12 +295,12 @@ def test_child_output_rejects_bad_input_and_says_why():
     ],
 )
 def test_hiding_outcome_follows_what_the_child_measured(machine_gpus, count, tensor_on, expected):
-    assert devices.hiding_outcome(machine_gpus, count, tensor_on).startswith(expected)
+    assert visible_devices.hiding_outcome(machine_gpus, count, tensor_on).startswith(expected)
 
 
 def test_hiding_outcome_refuses_negative_counts():
     with pytest.raises(ValueError, match="cannot be negative"):
-        devices.hiding_outcome(-1, 0, None)
+        visible_devices.hiding_outcome(-1, 0, None)
 
 
 @pytest.mark.parametrize(

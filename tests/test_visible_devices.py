@@ -10,7 +10,7 @@ import nbformat
 import pytest
 import torch
 
-from helpers import devices
+from helpers import visible_devices
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 LESSONS = ["01_tensors_on_devices.ipynb", "06_data_parallel.ipynb"]
@@ -51,16 +51,17 @@ def _lesson01_scripts() -> tuple[str, str]:
 def test_lesson01_children_report_what_they_measured():
     report, too_late = _lesson01_scripts()
     assert too_late.index("is_available()") < too_late.index('os.environ["CUDA_VISIBLE_DEVICES"] = ""')
-    hidden = json.loads(devices.child_output(report, env={"CUDA_VISIBLE_DEVICES": ""}))
+    hidden = json.loads(visible_devices.child_output(report, env={"CUDA_VISIBLE_DEVICES": ""}))
     assert hidden == {"count": 0, "landed": None}  # hidden in the environment: true on every machine
-    late = json.loads(devices.child_output(too_late, env={"CUDA_VISIBLE_DEVICES": None}))
+    late = json.loads(visible_devices.child_output(too_late, env={"CUDA_VISIBLE_DEVICES": None}))
     assert set(late) == {"count", "landed"}
     if not torch.cuda.is_available():
         assert late == {"count": 0, "landed": None}
-        assert devices.hiding_outcome(0, late["count"], late["landed"]).startswith("nothing to hide")
+        assert visible_devices.hiding_outcome(0, late["count"], late["landed"]).startswith("nothing to hide")
     else:  # the GPU path: the driver started before the change, so the GPU stays visible
         assert late["landed"] == "cuda:0"
-        assert devices.hiding_outcome(torch.cuda.device_count(), late["count"], late["landed"]).startswith("NOT")
+        outcome = visible_devices.hiding_outcome(torch.cuda.device_count(), late["count"], late["landed"])
+        assert outcome.startswith("NOT")
 
 
 def test_lesson01_times_the_copy_apart_from_the_fill():

@@ -102,7 +102,7 @@ def check_global_mean(global_mean: Callable[[torch.Tensor], float] | None) -> st
     import tempfile
     from pathlib import Path
 
-    from helpers.parallel import wait_for_exit
+    from helpers.distributed import wait_for_exit
 
     if "fork" not in multiprocessing.get_all_start_methods():
         return "this checker forks two processes, which this system cannot; run it on Linux"

@@ -211,6 +211,53 @@ def needs_grad_scaler(dtype: torch.dtype | None) -> bool:
     return dtype is torch.float16
 
 
+# The gates of a lesson's GPU sections
+
+
+def cuda_gpu_count() -> int:
+    """How many CUDA GPUs this process can see (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def gpu_ids(device: str | torch.device) -> list[int]:
+    """The CUDA GPUs a lesson running on ``device`` may use, its own first (DataParallel keeps the model and gathers
+    the output on the first): every visible one when it runs on CUDA, else none."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return []
+    first = torch.cuda.current_device() if device.index is None else device.index
+    return [first] + [i for i in range(cuda_gpu_count()) if i != first]
+
+
+def gpu_section(device: str | torch.device, shows: str, needed: int = 1) -> bool:
+    """The gate of every GPU section: True when the lesson runs on a CUDA GPU and at least ``needed`` are visible;
+    otherwise print one line saying what is skipped and why (another device was chosen, or too few GPUs)."""
+    device = torch.device(device)
+    count = cuda_gpu_count()
+    if device.type == "cuda" and count >= needed:
+        return True
+    if count == 0 or device.type == "cuda":
+        why = f"needs {needed} CUDA GPU{'s' if needed > 1 else ''}, this machine has {count}"
+    else:
+        why = f"the lesson runs on {device.type}, not on this machine's CUDA GPU{'s' if count > 1 else ''}"
+    print(f"Skipped ({why}): {shows}")
+    return False
+
+
+def machine_gpus(shows: str, needed: int = 1) -> bool:
+    """The gate of a section that only describes the machine's CUDA GPUs (names, memory, compute capability), so it
+    does not depend on the lesson's device: True when at least ``needed`` are visible; otherwise print one line saying
+    what is skipped and why. The calls that describe a GPU (``get_device_name``, ``get_device_properties``,
+    ``current_device``) launch no work on it, but the first of them runs PyTorch's CUDA initialisation in the process
+    (``torch.cuda._lazy_init``; a process forked after it cannot use CUDA), also when the lesson runs on the CPU: where
+    a CPU run must leave CUDA alone, use ``gpu_section``. Work on a GPU goes under ``gpu_section`` too."""
+    count = cuda_gpu_count()
+    if count >= needed:
+        return True
+    print(f"Skipped (needs {needed} CUDA GPU{'s' if needed > 1 else ''}, this machine has {count}): {shows}")
+    return False
+
+
 def runtime() -> str:
     """Where this runs: "Colab", "Kaggle" or "local"."""
     if "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ:

@@ -5,13 +5,8 @@ The runner, tests and CI steer notebooks unedited with ``COURSE_DEVICE``, ``COUR
 from __future__ import annotations
 
 import contextlib
-import linecache
 import os
 import random
-import re
-import sys
-import traceback
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,92 +181,6 @@ def headline(label: str, value: str) -> None:
     _emit(f"Headline: {label}: {value}", {"headline": f"{label}: {value}"})
 
 
-def cuda_gpu_count() -> int:
-    """How many CUDA GPUs this process can see (0 without CUDA)."""
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def gpu_ids(device: str | torch.device) -> list[int]:
-    """The CUDA GPUs a lesson running on ``device`` may use, its own first (DataParallel keeps the model and gathers
-    the output on the first): every visible one when it runs on CUDA, else none."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        return []
-    first = torch.cuda.current_device() if device.index is None else device.index
-    return [first] + [i for i in range(cuda_gpu_count()) if i != first]
-
-
-def gpu_section(device: str | torch.device, shows: str, needed: int = 1) -> bool:
-    """The gate of every GPU section: True when the lesson runs on a CUDA GPU and at least ``needed`` are visible;
-    otherwise print one line saying what is skipped and why (another device was chosen, or too few GPUs)."""
-    device = torch.device(device)
-    count = cuda_gpu_count()
-    if device.type == "cuda" and count >= needed:
-        return True
-    if count == 0 or device.type == "cuda":
-        why = f"needs {needed} CUDA GPU{'s' if needed > 1 else ''}, this machine has {count}"
-    else:
-        why = f"the lesson runs on {device.type}, not on this machine's CUDA GPU{'s' if count > 1 else ''}"
-    print(f"Skipped ({why}): {shows}")
-    return False
-
-
-def machine_gpus(shows: str, needed: int = 1) -> bool:
-    """The gate of a section that only describes the machine's CUDA GPUs (names, memory, compute capability), so it
-    does not depend on the lesson's device: True when at least ``needed`` are visible; otherwise print one line saying
-    what is skipped and why. The calls that describe a GPU (``get_device_name``, ``get_device_properties``,
-    ``current_device``) launch no work on it, but the first of them runs PyTorch's CUDA initialisation in the process
-    (``torch.cuda._lazy_init``; a process forked after it cannot use CUDA), also when the lesson runs on the CPU: where
-    a CPU run must leave CUDA alone, use ``gpu_section``. Work on a GPU goes under ``gpu_section`` too."""
-    count = cuda_gpu_count()
-    if count >= needed:
-        return True
-    print(f"Skipped (needs {needed} CUDA GPU{'s' if needed > 1 else ''}, this machine has {count}): {shows}")
-    return False
-
-
-class ErrorExpectationFailed(AssertionError):
-    """A block run under ``expect_error`` did not raise the error the lesson is about."""
-
-
-@dataclass
-class CaughtError:
-    """What ``expect_error`` caught: the exception, and the line of the block that raised it."""
-
-    error: BaseException | None = None
-    line: str = ""
-
-
-@contextlib.contextmanager
-def expect_error(
-    kind: type[BaseException] | tuple[type[BaseException], ...], match: str | None = None
-) -> Iterator[CaughtError]:
-    """Run a block that must raise ``kind`` (its message matching the regular expression ``match``), and go on: the
-    error is shown on stderr (the block's line that raised, then type and message) and the cell ends normally.
-    Anything else raises ErrorExpectationFailed: a lesson whose point has gone stale fails. Taught in lesson 00."""
-    block = sys._getframe(2)  # the cell (or function) holding the ``with`` statement
-    caught = CaughtError()
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    wanted = " or ".join(k.__name__ for k in kinds)
-    try:
-        yield caught
-    except kinds as exc:
-        message = str(exc)
-        if match is not None and not re.search(match, message):
-            raise ErrorExpectationFailed(
-                f"expected {wanted} with a message matching {match!r}, got {type(exc).__name__}: {message}"
-            ) from exc
-        found = [lineno for frame, lineno in traceback.walk_tb(exc.__traceback__) if frame is block]
-        if found:  # the block's own line, not one deep inside a library
-            source = linecache.getline(block.f_code.co_filename, found[-1], block.f_globals).strip()
-            caught.line = f"line {found[-1]}: {source}"
-        caught.error = exc
-        shown = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-        sys.stdout.flush()
-        print(f"{caught.line}\n{shown}" if caught.line else shown, file=sys.stderr, flush=True)
-    except BaseException as exc:
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise
-        raise ErrorExpectationFailed(f"expected {wanted}, got {type(exc).__name__}: {exc}") from exc
-    else:
-        raise ErrorExpectationFailed(f"expected {wanted}, but the block raised nothing")
+# Until lessons 08 and 09 call them from their new homes.
+from helpers.devices import cuda_gpu_count, gpu_ids, gpu_section, machine_gpus  # noqa: E402, F401
+from helpers.errors import CaughtError, ErrorExpectationFailed, expect_error  # noqa: E402, F401

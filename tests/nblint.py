@@ -39,9 +39,9 @@ CUDA_FREE = {"is_available", "device_count", "get_arch_list", "OutOfMemoryError"
 """``torch.cuda`` names a lesson may use anywhere: they answer, or do nothing, on a machine without CUDA."""
 CUDA_DESCRIBE = {"get_device_properties", "get_device_name", "get_device_capability", "current_device"}
 """``torch.cuda`` calls that describe the machine's GPUs and run nothing on them: allowed under
-``lesson.machine_gpus`` (the machine's report does not depend on the lesson's device) as well as under
-``lesson.gpu_section``. Every other ``torch.cuda`` call (streams, events, synchronize, the memory figures,
-``torch.cuda.device(...)``, ...) and every ``x.cuda()`` runs on a GPU: only under ``lesson.gpu_section``."""
+``devices.machine_gpus`` (the machine's report does not depend on the lesson's device) as well as under
+``devices.gpu_section``. Every other ``torch.cuda`` call (streams, events, synchronize, the memory figures,
+``torch.cuda.device(...)``, ...) and every ``x.cuda()`` runs on a GPU: only under ``devices.gpu_section``."""
 WORK, DESCRIBE = "work", "describe"
 
 
@@ -79,7 +79,7 @@ def _cuda_call(node: ast.Call) -> str | None:
 
 
 def _gate(test: ast.expr) -> str | None:
-    """WORK when an ``if`` test calls ``lesson.gpu_section``, DESCRIBE when it calls ``lesson.machine_gpus``."""
+    """WORK when an ``if`` test calls ``devices.gpu_section``, DESCRIBE when it calls ``devices.machine_gpus``."""
     tests = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
     names = {t.func.attr for t in tests if isinstance(t, ast.Call) and isinstance(t.func, ast.Attribute)}
     return WORK if "gpu_section" in names else DESCRIBE if "machine_gpus" in names else None
@@ -140,9 +140,9 @@ def ungated_gpu_calls(sources: list[tuple[int, str]]) -> list[str]:
             kind, what = needs[what], f"{what} (which makes CUDA-only calls)"
         if kind in (WORK, DESCRIBE) and not _allowed(kind, gate):
             wanted = (
-                "lesson.gpu_section(device, ...)"
+                "devices.gpu_section(device, ...)"
                 if kind == WORK
-                else "lesson.gpu_section(device, ...) or lesson.machine_gpus(...)"
+                else "devices.gpu_section(device, ...) or devices.machine_gpus(...)"
             )
             problems.append(
                 f'cell {i}: line {line}: {what} outside `if {wanted}:`, so DEVICE = "cpu" on a GPU '
@@ -203,12 +203,12 @@ def lint(nb: nbformat.NotebookNode) -> list[str]:
                 ename = errors[0].get("ename")
                 problems.append(
                     f"cell {i}: error output {ename}: a lesson shows the errors it teaches with "
-                    "helpers.lesson.expect_error, so that Run all goes on in every front end"
+                    "helpers.errors.expect_error, so that Run all goes on in every front end"
                 )
             if "raises-exception" in tags:
                 problems.append(
                     f"cell {i}: tagged raises-exception, which Colab, Kaggle, VS Code and papermill ignore: "
-                    "use helpers.lesson.expect_error instead"
+                    "use helpers.errors.expect_error instead"
                 )
             texts += [_output_text(o) for o in cell.get("outputs", [])]
         elif not cell.source.strip():

@@ -89,7 +89,7 @@ def test_runner_reports_failures_and_runs_the_rest(tmp_path):
     folder = tmp_path / "nbs"
     folder.mkdir()
     record = "from helpers import lesson\nlesson.start('cpu')\nlesson.headline('answer', '42')"
-    shown = "from helpers.lesson import expect_error\nwith expect_error(ValueError):\n    int('x')"
+    shown = "from helpers.errors import expect_error\nwith expect_error(ValueError):\n    int('x')"
     nbformat.write(_notebook(record, shown), folder / "00_ok.ipynb")
     nbformat.write(_notebook("x = 1", "1 / 0", "print('never')"), folder / "01_bad.ipynb")
     nbformat.write(_notebook("print('still runs')"), folder / "02_after.ipynb")

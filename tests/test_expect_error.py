@@ -1,4 +1,4 @@
-"""helpers.lesson.expect_error: shows the expected error and goes on; fails loudly when the lesson has gone stale."""
+"""helpers.errors.expect_error: shows the expected error and goes on; fails loudly when the lesson has gone stale."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import torch
 
-from helpers.lesson import ErrorExpectationFailed, expect_error
+from helpers.errors import ErrorExpectationFailed, expect_error
 
 
 def test_the_expected_error_is_shown_on_stderr_and_the_code_goes_on(capsys):
@@ -73,7 +73,7 @@ def test_the_line_shown_is_the_blocks_own_line_when_the_error_comes_from_deeper_
     script.write_text(
         textwrap.dedent(
             """
-            from helpers.lesson import expect_error
+            from helpers.errors import expect_error
 
             def inner():
                 raise ValueError("deep down")

@@ -20,11 +20,11 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = Path("/out")
 FAKE = [
     ("00_setup.ipynb", "print('hello')"),
-    ("01_tensors.ipynb", "if lesson.gpu_section(device, 'a copy on the GPU'):\n    x = x.cuda()"),
+    ("01_tensors.ipynb", "if devices.gpu_section(device, 'a copy on the GPU'):\n    x = x.cuda()"),
     ("02_errors.ipynb", "torch.cuda.synchronize()"),
     ("03_module.ipynb", "other = placement.gpu_or_meta(device)"),
     ("05_mnist.ipynb", "train(model, loader)"),
-    ("07_ddp.ipynb", "backend = 'nccl' if lesson.cuda_gpu_count() else 'gloo'"),
+    ("07_ddp.ipynb", "backend = 'nccl' if devices.cuda_gpu_count() else 'gloo'"),
     ("09_speedrun.ipynb", "speedrun.run_ladder(data, device)"),
 ]
 

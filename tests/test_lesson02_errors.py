@@ -81,7 +81,7 @@ def test_every_error_cell_uses_expect_error_with_its_type(committed):
     assert using == set(EXPECTED) | set(GPU_ONLY)
     for cell_id, (kinds, line, _) in GPU_ONLY.items():
         source = _cell(committed, cell_id).source
-        assert source.startswith("if lesson.gpu_section(device, "), f"{cell_id} must say when and why it is skipped"
+        assert source.startswith("if devices.gpu_section(device, "), f"{cell_id} must say when and why it is skipped"
         types = kinds[0] if len(kinds) == 1 else rf"\({', '.join(kinds)}\)"
         assert re.search(rf"^    with expect_error\({types}, match=", source, re.MULTILINE), cell_id
         assert any(src.strip() == line for src in source.splitlines()), f"{cell_id} no longer has the line {line!r}"

@@ -89,7 +89,7 @@ BREAKAGES = {
     "ddp cpu": (lambda nb: setattr(nb.cells[1], "source", "DistributedDataParallelCPU(model)"), "gloo"),
     "ungated CUDA stream": (
         lambda nb: setattr(nb.cells[1], "source", "copy_stream = torch.cuda.Stream(device)"),
-        "torch.cuda.Stream outside `if lesson.gpu_section",
+        "torch.cuda.Stream outside `if devices.gpu_section",
     ),
     "gated by the machine, not the device": (
         lambda nb: setattr(
@@ -98,7 +98,7 @@ BREAKAGES = {
         "torch.cuda.memory_allocated outside",
     ),
     "work under the machine's gate": (
-        lambda nb: setattr(nb.cells[1], "source", 'if lesson.machine_gpus("x"):\n    torch.cuda.synchronize(device)'),
+        lambda nb: setattr(nb.cells[1], "source", 'if devices.machine_gpus("x"):\n    torch.cuda.synchronize(device)'),
         "torch.cuda.synchronize outside",
     ),
     "gated by device.type": (
@@ -108,14 +108,14 @@ BREAKAGES = {
     "ungated .cuda()": (lambda nb: setattr(nb.cells[1], "source", "x = torch.ones(1).cuda()"), "cuda outside"),
     "ungated report of the GPUs": (
         lambda nb: setattr(nb.cells[1], "source", "print(torch.cuda.get_device_name(0))"),
-        "or lesson.machine_gpus",
+        "or devices.machine_gpus",
     ),
     "helper called outside the gate": (
         lambda nb: setattr(
             nb.cells[1],
             "source",
             "def peak():\n    return torch.cuda.max_memory_allocated()\n\n\n"
-            'if lesson.gpu_section(device, "x"):\n    peak()\nprint(peak())',
+            'if devices.gpu_section(device, "x"):\n    peak()\nprint(peak())',
         ),
         "peak (which makes CUDA-only calls) outside",
     ),
@@ -145,12 +145,12 @@ def test_each_rule_can_fail(breakage: str) -> None:
 
 
 GATED = {
-    "the lesson's gate": 'if lesson.gpu_section(device, "x"):\n    s = torch.cuda.Stream(device)\n    x = y.cuda()',
-    "elif and a second condition": 'if quick:\n    pass\nelif ok and lesson.gpu_section(device, "x", 2):\n'
+    "the lesson's gate": 'if devices.gpu_section(device, "x"):\n    s = torch.cuda.Stream(device)\n    x = y.cuda()',
+    "elif and a second condition": 'if quick:\n    pass\nelif ok and devices.gpu_section(device, "x", 2):\n'
     "    torch.cuda.synchronize(device)",
     "a helper used only under the gate": "def show():\n    print(torch.cuda.memory_allocated(device))\n\n\n"
-    'if lesson.gpu_section(device, "x"):\n    show()\n    run(show)',
-    "the machine's report under its gate": 'if lesson.machine_gpus("names"):\n'
+    'if devices.gpu_section(device, "x"):\n    show()\n    run(show)',
+    "the machine's report under its gate": 'if devices.machine_gpus("names"):\n'
     "    for i in range(torch.cuda.device_count()):\n"
     "        print(torch.cuda.get_device_properties(i).name)",
     "names that need no GPU": "print(torch.cuda.is_available(), torch.cuda.device_count(), torch.cuda.get_arch_list())"

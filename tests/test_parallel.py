@@ -88,7 +88,7 @@ def test_lesson06_keeps_dataparallel_off_the_gpus_when_the_lesson_runs_on_the_cp
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a machine with CUDA GPUs
     monkeypatch.setattr(nn.DataParallel, "__init__", lambda self, *a, **k: taken.append(a))  # would take them
     model = MLP()
-    wrapper = _lesson06_data_parallel([])(model)  # the lesson runs on the CPU: lesson.gpu_ids gave []
+    wrapper = _lesson06_data_parallel([])(model)  # the lesson runs on the CPU: devices.gpu_ids gave []
     assert taken == [] and isinstance(wrapper, nn.DataParallel) and wrapper.module is model
     assert wrapper.device_ids == [] and next(model.parameters()).device.type == "cpu"
     X = torch.randn(3, 1, 28, 28)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from helpers import placement
-from helpers.lesson import expect_error
+from helpers.errors import expect_error
 
 Pair = namedtuple("Pair", ["inputs", "targets"])
 

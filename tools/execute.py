@@ -68,7 +68,7 @@ def records(nb: nbformat.NotebookNode) -> list[dict]:
 def first_error(nb: nbformat.NotebookNode) -> str | None:
     """Where and what the first error output is; None if there is none.
 
-    Lessons show the errors they teach through ``helpers.lesson.expect_error``, so no cell of a correct run has one.
+    Lessons show the errors they teach through ``helpers.errors.expect_error``, so no cell of a correct run has one.
     """
     # papermill inserts marker cells above a failed cell; numbering skips them, so "cell N" is the lesson's own.
     cells = [c for c in nb.cells if "papermill-error-cell-tag" not in c.metadata.get("tags", [])]

@@ -97,7 +97,7 @@ class Step:
 
 
 def has_gpu_sections(code: str) -> bool:
-    """Whether a lesson's code has a GPU section: a GPU gate of the helpers (``lesson.gpu_section(...)`` and the
+    """Whether a lesson's code has a GPU section: a GPU gate of the helpers (``devices.gpu_section(...)`` and the
     like), ``torch.cuda``, or nccl."""
     return bool(GPU_CODE.search(code))
 

@@ -62,7 +62,7 @@ def smoke_notebook() -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     shown = 'with expect_error(ValueError):\n    raise ValueError("expected: shown")'
-    raising = nbformat.v4.new_code_cell(f"from helpers.lesson import expect_error\n\n{shown}")
+    raising = nbformat.v4.new_code_cell(f"from helpers.errors import expect_error\n\n{shown}")
     nb.cells = [
         nbformat.v4.new_markdown_cell("# Smoke test: widget, figure, expected error"),
         nbformat.v4.new_code_cell("from tqdm.auto import tqdm\n\nfor _ in tqdm(range(3), desc='progress'):\n    pass"),

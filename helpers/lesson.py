@@ -179,8 +179,3 @@ def start(
 def headline(label: str, value: str) -> None:
     """Show and record the lesson's headline figure, e.g. ``headline("test accuracy", "88.2%")``."""
     _emit(f"Headline: {label}: {value}", {"headline": f"{label}: {value}"})
-
-
-# Until lessons 08 and 09 call them from their new homes.
-from helpers.devices import cuda_gpu_count, gpu_ids, gpu_section, machine_gpus  # noqa: E402, F401
-from helpers.errors import CaughtError, ErrorExpectationFailed, expect_error  # noqa: E402, F401

@@ -845,13 +845,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DatasetUnavailableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    from tqdm.auto import tqdm
+    from helpers.training import progress_bar
 
     seeds = list(range(args.runs))
     split = measure_loader_share(data, device, args.quick)
     print(split.line())
     rungs = ladder(device, args.quick, data_first=split.data_first)
-    bar = tqdm(total=len(rungs) * len(seeds), unit="run", file=sys.stderr, disable=args.no_progress)
+    bar = progress_bar(total=len(rungs) * len(seeds), unit="run", file=sys.stderr, disable=args.no_progress)
 
     def tick(name: str, runs: int) -> None:
         bar.set_description(name[:30])

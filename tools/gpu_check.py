@@ -46,6 +46,7 @@ from tools.execute import (
     run_notebook,
     stop_child_processes,
 )
+from tools.lesson_time import record_from
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -416,12 +417,24 @@ def check(args: argparse.Namespace) -> int:
                 for device in ("cuda", "cpu"):
                     results = [r for step, r in outcomes if step.notebook and step.device == device]
                     (output / f"table-{device}.txt").write_text(format_table(results) + "\n", encoding="utf-8")
+                passed = [step.notebook for step, r in outcomes if step.device == "cuda" and r.status == "passed"]
+                if passed:  # per-cell seconds for the lessons' computed Time lines (tools/lesson_time.py)
+                    note = (
+                        f"papermill's per-cell seconds of lessons run top to bottom on CUDA at the learner's defaults "
+                        f"(quick mode where marked), dataset {dataset or 'each notebook default'}, torch "
+                        f"{probe.get('torch')}, CUDA {probe.get('cuda')}, Python {sys.version.split()[0]}"
+                    )
+                    record = record_from(output / "cuda", f"one {probe.get('name')}", True, note, only=passed)
+                    (output / "lessons-record.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
                 text = summary(probe, outcomes, dataset, args.budget, wall)
                 (output / "SUMMARY.md").write_text(text, encoding="utf-8")
         except UsageError as exc:
             return _refuse(str(exc))
     print(text)
-    print(f"Written to {output}: SUMMARY.md, table-cuda.txt, table-cpu.txt, cuda/, cpu/, speedrun-*.json and logs.")
+    print(
+        f"Written to {output}: SUMMARY.md, table-cuda.txt, table-cpu.txt, lessons-record.json, cuda/, cpu/, "
+        "speedrun-*.json and logs."
+    )
     if signals.received:
         return 128 + signals.received
     return 0 if all(r.status == "passed" for _, r in outcomes) else 1

@@ -99,14 +99,14 @@ def test_a_signal_stops_the_lesson_and_everything_it_started(lessons, tmp_path, 
 
 
 def test_a_lesson_past_the_timeout_is_reported_as_timed_out_and_stopped(lessons, tmp_path):
-    runner = _start(lessons, tmp_path / "out", "--timeout", "20")
+    runner = _start(lessons, tmp_path / "out", "--timeout", "12")
     started = _wait_for_pids(runner, tmp_path / "pids")
     out, err = runner.communicate(timeout=240)
     assert runner.returncode == 1, err
     table = _table(out)
-    assert "timed out after 20 s" in table["00_long.ipynb"]
+    assert "timed out after 12 s" in table["00_long.ipynb"]
     assert table["01_next.ipynb"].split()[1] == "passed"  # the run goes on with the next lesson
-    assert "00_long.ipynb failed: timed out after 20 s; its kernel and the processes it started were ended" in err
+    assert "00_long.ipynb failed: timed out after 12 s; its kernel and the processes it started were ended" in err
     assert "KeyboardInterrupt" not in out + err and "Traceback" not in err
     assert not [pid for pid in started if _alive(pid)]
 

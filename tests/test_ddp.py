@@ -46,13 +46,14 @@ def test_two_processes_equal_one_process_on_the_global_batch(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_ten_launches_in_a_row_all_succeed(tmp_path: Path) -> None:
-    start = time.perf_counter()
-    for attempt in range(10):
+def test_three_launches_in_a_row_all_succeed(tmp_path: Path) -> None:
+    # A launch now and then aborted at shutdown (gloo, SIGABRT) until the script left its process group cleanly;
+    # test_the_process_group_is_gone_before_the_interpreter_shuts_down checks the cause itself, and
+    # tools/ddp_stress.py repeats launches by the hundred.
+    for attempt in range(3):
         result = distributed.torchrun(2, [*QUICK, "--out", str(tmp_path / str(attempt))], timeout=120)
-        assert result.returncode == 0, f"launch {attempt + 1} of 10 failed:\n{_report(result)}"
+        assert result.returncode == 0, f"launch {attempt + 1} of 3 failed:\n{_report(result)}"
         assert (tmp_path / str(attempt) / ddp_train.CHECKPOINT_FILE).is_file()
-    print(f"10 launches in {time.perf_counter() - start:.1f} s")
 
 
 @pytest.mark.slow

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import pickle
 import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from children import start_interruptible
 
 from helpers import checkpoints
 from helpers.checkpoints import CorruptCheckpointError, load_checkpoint, save_checkpoint
@@ -218,14 +218,7 @@ SAVER = textwrap.dedent(
 @pytest.mark.skipif(os.name != "posix", reason="sends SIGINT")
 def test_ctrl_c_during_a_real_save(tmp_path):
     path = tmp_path / "c.pt"
-    child = subprocess.Popen(
-        [sys.executable, "-c", SAVER, str(path)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a Ctrl-C-able child, even under nohup or &
-    )
+    child = start_interruptible([sys.executable, "-c", SAVER, str(path)])
     try:
         assert child.stdout.readline().strip() == "saving"
         time.sleep(0.3)  # inside the first or a later save of the big state

@@ -11,6 +11,7 @@ import venv
 from pathlib import Path
 
 import pytest
+from children import start_interruptible
 
 pytestmark = pytest.mark.slow  # the runner started by a bare Python, or stopped while torch imports
 
@@ -78,14 +79,7 @@ def test_a_real_ctrl_c_while_torch_loads_prints_one_line_and_exits_130(tmp_path:
     import signal
     import time
 
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tools.course", "run", "--quick", "--output", str(tmp_path)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a Ctrl-C-able child, even under nohup or &
-    )
+    process = start_interruptible([sys.executable, "-m", "tools.course", "run", "--quick", "--output", str(tmp_path)])
     try:
         deadline = time.monotonic() + 60
         maps = Path(f"/proc/{process.pid}/maps")

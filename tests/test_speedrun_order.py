@@ -4,11 +4,11 @@ loader's share of the baseline step), the one-cycle rung's budget (the kept rung
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 import torch
+from speedrun_cli import run_faked
 
 from helpers import speedrun
 
@@ -218,22 +218,10 @@ def test_in_the_ladder_test_time_flips_follow_the_flip_rungs_verdict():
 
 
 def test_the_command_prints_the_split_and_records_it(monkeypatch, tmp_path, capsys):
-    seen = {}
-
-    def fake_ladder(data, device, target, seeds, quick, rungs, progress):
-        seen["rungs"] = [r.name for r in rungs]
-        attempt = speedrun.Attempt(True, 1.0, 0.0, 0.0, 1, target, [(1.0, target)])
-        return [speedrun.RungResult(rungs[0], speedrun.Recipe(), [attempt] * len(seeds), "baseline")]
-
-    monkeypatch.setattr(speedrun, "load_data", lambda name, quick: speedrun.Data(None, None, name))
-    monkeypatch.setattr(speedrun, "measure_loader_share", lambda data, device, quick: speedrun.LoaderShare(9.0, 1.0))
-    monkeypatch.setattr(speedrun, "run_ladder", fake_ladder)
-    out = tmp_path / "record.json"
-    assert speedrun.main(["--device", "cpu", "--quick", "--no-progress", "--json", str(out)]) == 0
+    seen, record = run_faked(monkeypatch, tmp_path, ["--quick"], share=(9.0, 1.0))
     assert "The loader takes 90% of the step" in capsys.readouterr().out
     assert seen["rungs"][1] == "1 data on the device"
-    record = json.loads(out.read_text())["loader_share"]
-    assert record == {"feed_s": 9.0, "step_s": 1.0, "share": pytest.approx(0.9), "data_first": True}
+    assert record["loader_share"] == {"feed_s": 9.0, "step_s": 1.0, "share": pytest.approx(0.9), "data_first": True}
 
 
 # --- the ladder plot ------------------------------------------------------------------------------------------------

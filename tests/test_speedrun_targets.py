@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 import torch
+from speedrun_cli import run_faked
 
 from helpers import speedrun
 
@@ -168,19 +168,7 @@ def test_a_bf16_recipe_uses_no_scaler(monkeypatch):
 
 def _cli_target(monkeypatch, tmp_path, *args: str) -> tuple[float, dict]:
     """Run ``main`` with the data and the ladder faked; return the target the ladder was given and the JSON record."""
-    seen = {}
-
-    def fake_ladder(data, device, target, seeds, quick, rungs, progress):
-        seen["target"], seen["dataset"] = target, data.name
-        attempt = speedrun.Attempt(True, 1.0, 0.0, 0.0, 1, target, [(1.0, target)])
-        return [speedrun.RungResult(rungs[0], speedrun.Recipe(), [attempt] * len(seeds), "baseline")]
-
-    monkeypatch.setattr(speedrun, "load_data", lambda name, quick: speedrun.Data(None, None, name))
-    monkeypatch.setattr(speedrun, "measure_loader_share", lambda data, device, quick: speedrun.LoaderShare(1.0, 3.0))
-    monkeypatch.setattr(speedrun, "run_ladder", fake_ladder)
-    out = tmp_path / "record.json"
-    assert speedrun.main([*args, "--device", "cpu", "--no-progress", "--json", str(out)]) == 0
-    record = json.loads(out.read_text())
+    seen, record = run_faked(monkeypatch, tmp_path, args)
     assert record["target"] == seen["target"] and record["dataset"] == seen["dataset"]
     return seen["target"], record
 

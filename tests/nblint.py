@@ -43,6 +43,8 @@ CUDA_DESCRIBE = {"get_device_properties", "get_device_name", "get_device_capabil
 ``devices.gpu_section``. Every other ``torch.cuda`` call (streams, events, synchronize, the memory figures,
 ``torch.cuda.device(...)``, ...) and every ``x.cuda()`` runs on a GPU: only under ``devices.gpu_section``."""
 WORK, DESCRIBE = "work", "describe"
+LINE = 120
+"""The longest code line, but for a shell line (the first cell's install line carries its failure message)."""
 
 
 def _python(source: str) -> ast.Module | None:
@@ -195,6 +197,11 @@ def lint(nb: nbformat.NotebookNode) -> list[str]:
         if cell.cell_type == "code":
             if not cell.source.strip():
                 problems.append(f"cell {i}: empty code cell")
+            long = [
+                n for n, line in enumerate(cell.source.split("\n"), 1) if len(line) > LINE and line.strip()[:1] != "!"
+            ]
+            if long:
+                problems.append(f"cell {i}: line {long[0]} is over {LINE} characters (ruff's limit for the .py files)")
             for pattern, why in FORBIDDEN_CALLS.items():
                 if re.search(pattern, cell.source):
                     problems.append(f"cell {i}: {why}")

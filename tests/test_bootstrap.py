@@ -1,18 +1,18 @@
-"""The bootstrap, seen from the learner's side: a fresh virtual environment that has PyTorch but not ``helpers``, as
-on Colab or Kaggle, executes lessons whose first cell must install the helpers itself, or stop with one message that
-says what went wrong and how to fix it.
+"""The first cell, seen from the learner's side: a fresh virtual environment that has PyTorch but not the course, as
+on Colab or Kaggle, executes lessons whose first cell must install the course itself, or stop with a message that says
+what went wrong and how to fix it.
 
 Installing PyTorch into a fresh environment would cost minutes and gigabytes, so the new environment borrows this
 interpreter's installed packages instead: a ``.pth`` file points it at a folder of links to every package in this
-interpreter's site-packages except the course package (and its ``.pth`` hooks, which would not run from there anyway).
-That is the situation on Colab: torch, torchvision, matplotlib, tqdm and Jupyter are there, ``helpers`` is not.
-``COURSE_HELPERS_SOURCE`` points the bootstrap at a copy of this checkout, and pip runs with ``--no-index`` (where
-setuptools is installed to build with): had it tried to reinstall torch or anything else already there, it would have
-had to download it, and failed. Either way the test checks that torch still comes from where it was.
+interpreter's site-packages except the course's own (and its ``.pth`` hooks, which would not run from there anyway).
+That is the situation on Colab: torch, torchvision, matplotlib, tqdm and Jupyter are there, the course is not.
+The cell installs from GitHub; git's ``url.<base>.insteadOf`` (set through ``GIT_CONFIG_*`` variables) sends that
+address to a local git copy of this checkout, or nowhere, as on Kaggle with Internet off. pip runs with ``--no-index``
+(where setuptools is installed to build with): had it tried to reinstall torch or anything else already there, it
+would have had to download it, and failed. Either way the test checks that torch still comes from where it was.
 
-The failure cases (an older helpers, a learner's own ``helpers.py``, a source pip cannot install, Kaggle with Internet
-off) execute only the first cells of lesson 00 and check that the setup cell stopped the run with its message, shown
-without a traceback, and that no cell below it ran. They share one fresh environment, which none of them installs into.
+The failure cases (an older course, a learner's own ``helpers.py``, GitHub out of reach) execute only the first cells
+of lesson 00 and check what the first cell showed and that no cell below it ran.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -39,9 +38,10 @@ from tools import course, launch
 pytestmark = pytest.mark.slow  # builds virtual environments and executes a lesson in them
 
 ROOT = Path(__file__).resolve().parent.parent
-HIDDEN = ("helpers", "exercises", "pytorch_gpu_course_helpers", "__editable__", "__pycache__")
+HIDDEN = ("helpers", "exercises", "course_setup", "pytorch_gpu_course_helpers", "__editable__", "__pycache__")
 URL = launch.repository_url(ROOT / "pyproject.toml")
 DEFAULT_SOURCE = launch.install_source(URL, launch.REF)
+KAGGLE_VARIABLES = ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE")  # set in every Kaggle session (devices.runtime)
 
 
 def lesson_to_run() -> Path:
@@ -102,21 +102,45 @@ def fresh_env(tmp_path_factory: pytest.TempPathFactory, borrowed: Path) -> tuple
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """What git would check out (the package and its build files), copied so no build touches the checkout."""
+    """A git repository holding what GitHub would (the package and its build files) on a branch ``main``."""
     target = tmp_path_factory.mktemp("source")
     for package in ("helpers", "exercises"):
         shutil.copytree(ROOT / package, target / package, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("course_setup.py", "pyproject.toml", "README.md", "LICENSE"):
         if (ROOT / name).exists():
             shutil.copy(ROOT / name, target / name)
+    git = ["git", "-c", "user.name=course", "-c", "user.email=course@example.invalid", "-C", str(target)]
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "the course"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
     return target
+
+
+def github_is(monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """git reads the course's GitHub address as ``where`` (a local repository, or a path that is none)."""
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", f"url.{where}.insteadOf")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", URL)
+
+
+def course_copied_into(site: Path, version: str = helpers.__version__) -> Path:
+    """The course's modules copied into ``site`` as an install would put them, in ``version``; its __init__.py."""
+    shutil.copytree(ROOT / "helpers", site / "helpers", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "course_setup.py", site / "course_setup.py")
+    init = site / "helpers" / "__init__.py"
+    init.write_text(init.read_text().replace(f'"{helpers.__version__}"', f'"{version}"'), encoding="utf-8")
+    return init
 
 
 @pytest.fixture
 def learner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Sets up a kernel for a given environment, as a learner's would be: no course variables, no Kaggle, no pip
     configuration of this machine. Returns ``use(python)``, which registers the kernel and returns its name."""
-    for name in (launch.ENV_SOURCE, "PYTHONPATH", "COLAB_RELEASE_TAG", *launch.KAGGLE_VARIABLES):
+    for name in (
+        "PYTHONPATH",
+        "COLAB_RELEASE_TAG",
+        *KAGGLE_VARIABLES,
+        *[n for n in os.environ if n.startswith("GIT_")],
+    ):
         monkeypatch.delenv(name, raising=False)
     for name in [n for n in os.environ if n.startswith("PIP_")]:
         monkeypatch.delenv(name)
@@ -145,20 +169,6 @@ def offline_builds(monkeypatch: pytest.MonkeyPatch) -> None:
     if importlib.util.find_spec("setuptools"):
         monkeypatch.setenv("PIP_NO_INDEX", "1")  # had pip tried to reinstall torch or anything else, it would fail
         monkeypatch.setenv("PIP_NO_BUILD_ISOLATION", "0")  # (sic) "0" turns build isolation off
-
-
-def github_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
-    """git fails to reach github.com at once, as it does on Kaggle with Internet off (without a network wait)."""
-    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
-    monkeypatch.setenv("GIT_CONFIG_KEY_0", "url.file:///nonexistent/github/.insteadOf")
-    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "https://github.com/")
-
-
-def closed_port() -> int:
-    """A local port nothing listens on: a connection to it is refused at once."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def first_cells(folder: Path) -> Path:
@@ -193,34 +203,36 @@ def execute(notebook: Path, kernel: str, cwd: Path) -> nbformat.NotebookNode:
     return nbformat.read(output, as_version=4)
 
 
-def stopped_at_setup(nb: nbformat.NotebookNode) -> str:
-    """The setup cell's message; fails unless the setup cell stopped the run with it, without a traceback."""
+def stopped_at_setup(nb: nbformat.NotebookNode, ename: str = "SetupError") -> tuple[str, str]:
+    """(what the first cell printed, its error's message); fails unless that cell stopped the run with an ``ename``
+    error (a ``SetupError`` shown without a traceback)."""
     code = [c for c in nb.cells if c.cell_type == "code"]
     errors = [o for o in code[0].outputs if o.output_type == "error"]
-    assert errors, f"the setup cell did not stop the lesson; outputs: {code[0].outputs}"
-    assert errors[0].ename == "SetupError", f"{errors[0].ename}: {errors[0].evalue}"
+    assert errors, f"the first cell did not stop the lesson; outputs: {code[0].outputs}"
+    assert errors[0].ename == ename, f"{errors[0].ename}: {errors[0].evalue}"
     shown = "\n".join(errors[0].traceback)
-    assert shown == f"SetupError: {errors[0].evalue}", f"shown with more than the message:\n{shown}"
-    assert "\x1b[" not in shown, "the message carries terminal colour codes"
-    assert [c.execution_count for c in code[1:]] == [None] * (len(code) - 1), "a cell below the setup cell ran"
-    return errors[0].evalue
+    if ename == "SetupError":
+        assert shown == f"SetupError: {errors[0].evalue}", f"shown with more than the message:\n{shown}"
+    assert [c.execution_count for c in code[1:]] == [None] * (len(code) - 1), "a cell below the first one ran"
+    printed = "".join(o.get("text", "") for o in code[0].outputs if o.output_type == "stream")
+    return printed, errors[0].evalue
 
 
 def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def test_fresh_env_has_torch_and_jupyter_but_not_helpers(fresh_env) -> None:
+def test_fresh_env_has_torch_and_jupyter_but_not_the_course(fresh_env) -> None:
     python, _, work = fresh_env
-    code = "import importlib.util as u, torch, ipykernel; print(torch.__version__, u.find_spec('helpers'))"
+    code = "import importlib.util as u, torch, ipykernel; print(torch.__version__, u.find_spec('course_setup'))"
     out = run_in(python, code, work)
     assert out == f"{torch.__version__} None"
 
 
 @pytest.mark.notebooks
 def test_lesson_bootstraps_itself_in_a_fresh_env(borrowed, source, learner, tmp_path: Path, monkeypatch) -> None:
-    python, site, work = make_env(tmp_path / "env", borrowed)  # its own: this test installs the helpers
-    monkeypatch.setenv(launch.ENV_SOURCE, str(source))
+    python, site, work = make_env(tmp_path / "env", borrowed)  # its own: this test installs the course
+    github_is(monkeypatch, source.as_uri())
     offline_builds(monkeypatch)
     kernel = learner(python)
 
@@ -244,88 +256,70 @@ def test_lesson_bootstraps_itself_in_a_fresh_env(borrowed, source, learner, tmp_
     assert all(c.execution_count for c in nb.cells if c.cell_type == "code"), "a cell did not run"
     assert any(r.get("quick") for r in course.records(nb)), "the lesson did not run in quick mode"
     setup = next(c for c in nb.cells if c.cell_type == "code")
-    assert f"Installed the course helpers from {source}" in "".join(o.get("text", "") for o in setup.outputs)
-    installed = run_in(python, "import helpers, torch; print(helpers.__file__); print(torch.__file__)", work)
-    helpers_file, torch_file = installed.splitlines()
-    assert Path(helpers_file).is_relative_to(site), "helpers was not installed into the fresh environment"
+    assert launch.INSTALL_FAILED not in "".join(o.get("text", "") for o in setup.outputs)
+    code = "import course_setup as c, helpers as h, torch as t; print(c.__file__); print(h.__file__); print(t.__file__)"
+    setup_file, helpers_file, torch_file = run_in(python, code, work).splitlines()
+    assert Path(setup_file).is_relative_to(site) and Path(helpers_file).is_relative_to(site), "not installed there"
     assert not Path(torch_file).resolve().is_relative_to(site.resolve()), "torch was reinstalled"
-    assert not any(site.glob("torch*")), "the bootstrap installed a second torch"
+    assert not any(site.glob("torch*")), "the first cell installed a second torch"
+    installed = run_in(
+        python,
+        "import importlib.metadata as m; print(m.distribution('pytorch-gpu-course-helpers').read_text('direct_url.json'))",  # noqa: E501
+        work,
+    )
+    assert json.loads(installed)["url"] == URL, "pip did not install from the address the cell names"
 
 
-def test_an_older_helpers_stops_the_lesson(borrowed, learner, tmp_path: Path) -> None:
-    python, site, work = make_env(tmp_path / "env", borrowed)  # its own: it gets an old copy of the helpers
-    shutil.copytree(ROOT / "helpers", site / "helpers", ignore=shutil.ignore_patterns("__pycache__"))
-    init = site / "helpers" / "__init__.py"
-    init.write_text(init.read_text().replace(f'"{helpers.__version__}"', '"0.0.1"'), encoding="utf-8")
+def test_an_older_course_stops_the_lesson(borrowed, learner, tmp_path: Path, monkeypatch) -> None:
+    python, site, work = make_env(tmp_path / "env", borrowed)  # its own: it gets an old copy of the course
+    init = course_copied_into(site, "0.0.1")
+    github_is(monkeypatch, "file:///nonexistent/github/")  # had the cell tried to install, pip would fail
     assert run_in(python, "import helpers; print(helpers.__version__)", work) == "0.0.1"
 
-    message = one_line(stopped_at_setup(execute(first_cells(tmp_path), learner(python), work)))
+    printed, message = stopped_at_setup(execute(first_cells(tmp_path), learner(python), work))
+    message = one_line(message)
+    assert printed == ""  # nothing installed
     assert f"needs the course helpers {helpers.__version__}" in message
     assert f"found {init} (version 0.0.1)" in message
     assert f'%pip install --no-deps --force-reinstall "{DEFAULT_SOURCE}"' in message
     assert "restart the runtime" in message
 
 
-def test_a_helpers_py_in_the_working_folder_stops_the_lesson(fresh_env, learner, tmp_path: Path) -> None:
-    python, _, _ = fresh_env
+def test_a_helpers_py_in_the_working_folder_stops_the_lesson(borrowed, learner, tmp_path: Path) -> None:
+    python, site, _ = make_env(tmp_path / "env", borrowed)
+    course_copied_into(site)
     work = tmp_path / "work"
     work.mkdir()
     (work / "helpers.py").write_text('"""A learner\'s own helpers."""\n\n\ndef add(a, b):\n    return a + b\n')
 
-    message = one_line(stopped_at_setup(execute(first_cells(tmp_path), learner(python), work)))
+    _, message = stopped_at_setup(execute(first_cells(tmp_path), learner(python), work))
+    message = one_line(message)
     assert f"needs the course helpers {helpers.__version__}" in message
-    assert f"found {work / 'helpers.py'} (version none, not the course's package)" in message
+    assert f"found {work / 'helpers.py'} (not the course's package)" in message
     assert "rename your own helpers.py" in message and "restart the runtime" in message
 
 
-@pytest.mark.parametrize("case", ["missing path", "index unreachable", "github unreachable"])
-def test_a_failed_install_stops_the_lesson(case: str, fresh_env, source, learner, tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("where", ["Colab", "Kaggle"])
+def test_a_failed_install_says_why_and_stops_the_lesson(where, fresh_env, learner, tmp_path, monkeypatch) -> None:
     python, _, work = fresh_env
-    if case == "missing path":
-        tried = str(tmp_path / "no-such-checkout")
-        monkeypatch.setenv(launch.ENV_SOURCE, tried)
-        said = f"File '{tried}' does not exist"
-    elif case == "index unreachable":  # building the checkout needs setuptools from an index that refuses connections
-        tried = str(source)
-        monkeypatch.setenv(launch.ENV_SOURCE, tried)
-        monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{closed_port()}/simple")
-        monkeypatch.setenv("PIP_RETRIES", "0")
-        said = "ERROR: No matching distribution found for setuptools"  # with no retries pip names no connection
-    else:  # the default source, as on Colab, with GitHub out of reach
-        tried = DEFAULT_SOURCE
-        github_unreachable(monkeypatch)
-        said = "fatal: '/nonexistent/github/"
+    if where == "Kaggle":
+        monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    github_is(monkeypatch, "file:///nonexistent/github/")  # as with Internet off: git cannot reach GitHub
 
-    message = stopped_at_setup(execute(first_cells(tmp_path), learner(python), work))
-    first, pip, fix = message.splitlines()
-    named = f" (named by {launch.ENV_SOURCE})" if case != "github unreachable" else ""
-    assert first == f"could not install the course helpers from {tried}{named}."
-    assert pip.startswith("pip: ") and said in pip
-    assert "note:" not in pip and "originates from a subprocess" not in pip  # pip's closing note says nothing
-    assert fix == "Check that source and your internet connection, then run this cell again."
-    assert run_in(python, "import importlib.util as u; print(u.find_spec('helpers'))", work) == "None"
-
-
-def test_on_kaggle_a_failed_install_says_to_switch_internet_on(fresh_env, learner, tmp_path, monkeypatch) -> None:
-    python, _, work = fresh_env
-    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
-    github_unreachable(monkeypatch)
-
-    message = stopped_at_setup(execute(first_cells(tmp_path), learner(python), work))
-    assert message.startswith(f"could not install the course helpers from {DEFAULT_SOURCE}.\npip: ")
-    assert message.splitlines()[1].startswith("pip: fatal: '/nonexistent/github/")  # git's own words
-    assert one_line(message.splitlines()[2]) == (
-        "On Kaggle this usually means Internet is off: switch it on in Settings > Internet (in the notebook editor's "
-        "right-hand panel), wait for the session to restart, then run this cell again."
-    )
+    printed, message = stopped_at_setup(execute(first_cells(tmp_path), learner(python), work), "ModuleNotFoundError")
+    assert "fatal: '/nonexistent/github/" in printed  # git's own words, through pip: what failed
+    assert printed.rstrip().endswith(launch.INSTALL_FAILED)  # then the cell's line, which names Kaggle's switch
+    assert "Settings > Internet" in launch.INSTALL_FAILED
+    assert message == "No module named 'course_setup'"
+    assert run_in(python, "import importlib.util as u; print(u.find_spec('course_setup'))", work) == "None"
 
 
 def test_kaggle_is_recognised_by_the_variables_devices_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     from helpers import devices
 
-    for name in ("COLAB_RELEASE_TAG", *launch.KAGGLE_VARIABLES):
+    for name in ("COLAB_RELEASE_TAG", *KAGGLE_VARIABLES):
         monkeypatch.delenv(name, raising=False)
-    for name in launch.KAGGLE_VARIABLES:
+    for name in KAGGLE_VARIABLES:
         monkeypatch.setenv(name, "1")
         assert devices.runtime() == "Kaggle", name
         monkeypatch.delenv(name)

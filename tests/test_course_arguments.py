@@ -158,6 +158,17 @@ def test_write_back_refuses_helpers_from_another_clone(capsys, monkeypatch, tmp_
     assert course._helpers_elsewhere() is None  # this clone's helpers, as the test run imports them
 
 
+def test_an_install_without_course_setup_is_refused_with_the_fix(capsys, monkeypatch, lessons, tmp_path):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "course_setup" else real(n, *a))
+    err = _refused(capsys, tmp_path / "out", "--notebooks", str(lessons))
+    assert "predates course_setup" in err and "pip install --no-deps -e ." in err
+    monkeypatch.undo()
+    assert course._course_setup_missing() is False  # this clone's install, as the test run has it
+
+
 def test_a_python_without_papermill_is_refused_with_the_fix(capsys, monkeypatch, lessons, tmp_path):
     import importlib.util
 

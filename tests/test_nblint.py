@@ -126,6 +126,7 @@ BREAKAGES = {
         ),
         "cell 2: line 2: step (which makes CUDA-only calls) outside",
     ),
+    "long line": (lambda nb: setattr(nb.cells[1], "source", "x = 1\n" + "y = 2  # " + "z" * 112), "line 2 is over 120"),
     "no summary": (lambda nb: setattr(nb.cells[4], "source", "The end."), "Summary"),
     "papermill metadata": (lambda nb: nb.metadata.update(papermill={"duration": 1}), "papermill"),
     "injected parameters": (

@@ -146,11 +146,28 @@ def _helpers_elsewhere() -> Path | None:
     return None if found == (ROOT / "helpers").resolve() else found
 
 
+def _course_setup_missing() -> bool:
+    """Whether a kernel of this Python, started in the notebooks folder, would not find ``course_setup`` (the lessons'
+    first cell would then try to install the course from GitHub): an install of the course made before it existed."""
+    saved = sys.path[:]
+    sys.path[:] = [p for p in sys.path if p not in ("", ".") and Path(p).resolve() != ROOT.resolve()]
+    try:
+        return importlib.util.find_spec("course_setup") is None
+    finally:
+        sys.path[:] = saved
+
+
 def check_arguments(args: argparse.Namespace) -> list[Path]:
     """The notebooks to run, once every argument and COURSE_* variable is known to be usable; else UsageError."""
     for module in ("papermill", "ipykernel"):  # what runs the notebooks, each in a kernel of this Python
         if importlib.util.find_spec(module) is None:
             raise UsageError(f"this Python ({sys.executable}) has no {module}, which runs the notebooks; {FIX_PYTHON}.")
+    if _course_setup_missing():
+        raise UsageError(
+            f"this Python ({sys.executable}) has an install of the course that predates course_setup, which every "
+            f"lesson's first cell imports. Run `.venv/bin/pip install --no-deps -e .` in {ROOT} (the README's set-up "
+            "command does it), then run again."
+        )
     folder = Path(args.notebooks)
     if not folder.is_dir():
         what = "is a file, not a folder" if folder.exists() else "does not exist"

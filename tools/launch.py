@@ -4,8 +4,8 @@ Maintainer tooling: it lives in tools/, outside the helpers package learners ins
 
 One ref, ``REF`` below, is both what the badges open and what the bootstrap installs the helpers from, so a learner
 always gets a notebook and the helpers it was written for: ``main`` on the main branch, ``vX.Y.Z`` on a release tag
-(whose ``helpers.__version__`` is ``X.Y.Z``). The bootstrap also carries that version and stops the lesson with one
-message when the imported ``helpers`` is not the course's package in that version.
+(whose ``helpers.__version__`` is ``X.Y.Z``). The bootstrap also passes that version to ``course_setup.check``, which
+stops the lesson with one message when the imported ``helpers`` is not the course's package in that version.
 
 ``python -m tools.launch check`` lists each notebook part that disagrees with what this module derives from the
 repository address in pyproject.toml (``[project.urls] Repository``), ``REF``, ``helpers.__version__`` and the
@@ -15,8 +15,7 @@ colab/README.md). Only three parts of a notebook are touched:
 
 - the badge line of the header cell (the first line starting with ``[![Open In Colab]`` in the first markdown cell);
 - the notebook metadata keys Colab and Kaggle read for the runtime (``accelerator``, ``colab``, ``kaggle``);
-- the bootstrap lines at the top of the setup cell (up to the end of the ``if ... != HELPERS_VERSION:`` block).
-  The imports after them, every other cell and all outputs stay as they are.
+- the first code cell, the four-line bootstrap (where it is one). Every other cell and all outputs stay as they are.
 
 It also keeps two generated blocks in README.md and colab/README.md, between ``<!-- launch:NAME -->`` and
 ``<!-- /launch:NAME -->`` lines: ``map`` (the course map: each lesson with both badges and its local path) and
@@ -27,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import inspect
 import os
 import re
 import sys
@@ -35,7 +33,7 @@ from pathlib import Path
 
 import nbformat
 
-from helpers import COURSE, __version__
+from helpers import __version__
 from tools.course import find_notebooks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,12 +42,6 @@ PYPROJECT = ROOT / "pyproject.toml"
 
 REF = "main"
 """The git ref the badges open and the bootstrap installs from: "main", or "vX.Y.Z" on a release tag. Set by sync."""
-
-ENV_SOURCE = "COURSE_HELPERS_SOURCE"
-"""Names another source for the bootstrap to install (a local checkout, a wheel, another git ref)."""
-
-KAGGLE_VARIABLES = ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE")
-"""Set in every Kaggle notebook session; ``helpers.devices.runtime()`` reads the same two."""
 
 BADGE_START = "[![Open In Colab]"
 DOCS = ("README.md", "colab/README.md")
@@ -67,10 +59,7 @@ RUNTIME_METADATA: dict[str, object] = {
 _RELEASE_TAG = re.compile(r"v(\d+\.\d+\.\d+)")
 _REF_LINE = re.compile(r'^REF = "([^"]*)"$', re.MULTILINE)
 _VERSION_LINE = re.compile(r'^__version__ = "([^"]*)"$', re.MULTILINE)
-# The bootstrap ends with the block that checks the version; notebooks synced before that check existed end it with
-# the install block, and sync replaces either.
-_BOOTSTRAP_END = re.compile(r"^if .*\bHELPERS_VERSION\b.*:\s*$")
-_OLD_BOOTSTRAP_END = re.compile(r"""^if importlib\.util\.find_spec\(["']helpers["']\) is None:""")
+_REPOSITORY_LINE = re.compile(r'^REPOSITORY = "([^"]*)"$', re.MULTILINE)
 
 
 def repository_url(pyproject: Path = PYPROJECT) -> str:
@@ -120,6 +109,19 @@ def write_ref(root: Path, ref: str) -> bool:
     return True
 
 
+def sync_repository(root: Path, url: str, write: bool) -> str | None:
+    """Compare (with ``write``, rewrite) ``REPOSITORY`` in ``root``'s course_setup.py, which names the address its
+    fix for an older copy reinstalls from; the address it had where that differs from ``url``, else None."""
+    path = root / "course_setup.py"
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    match = _REPOSITORY_LINE.search(text)
+    if not match or match.group(1) == url:
+        return None
+    if write:
+        path.write_text(_REPOSITORY_LINE.sub(f'REPOSITORY = "{url}"', text, count=1), encoding="utf-8")
+    return match.group(1)
+
+
 def release_problems(ref: str, version: str, packaged: str | None = None) -> list[str]:
     """Ways ``ref`` disagrees with the release scheme: ``main``, or ``vX.Y.Z`` where the helpers' version is X.Y.Z.
 
@@ -160,85 +162,25 @@ def install_source(url: str, ref: str = REF) -> str:
     return f"git+{url}@{ref}"
 
 
-# The bootstrap carries this function's source, so it must stay plain Python that needs only ``re``.
-def pip_said(output: str) -> str:
-    """The line of a failed pip's output that says why: git's or the network's error, pip's Hint, a failed build's
-    last line, pip's first ERROR, or what did not run; never pip's closing note, and without colour codes."""
-    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output).splitlines()]
-    block = "\n".join(lines).partition(" of output]\n")[2].partition("[end of output]")[0].split("\n")[::-1]
-    # fmt: off
-    network = ("(Could not resolve host|Failed to establish a new connection|Temporary failure in name resolution|"
-               "Name or service not known|Network is unreachable|Connection refused|timed out|certificate verify)")
-    order = (("^fatal: .+", lines), (network + "[^'\"]*", lines), ("^Hint: .+", lines), (".+", block),
-             ("^ERROR: .+", lines), (r".+ did not run successfully\.$", lines), ("^(?!note:).+", lines[::-1]))
-    # fmt: on
-    for pattern, among in order:
-        for line in among:
-            if found := re.search(pattern, line):
-                return found.group(0).strip()
-    return ""
+INSTALL_FAILED = "Could not install the course helpers (pip says why above). On Kaggle, switch on Settings > Internet."
+"""What the first cell prints after pip's own error when the install fails."""
 
 
 def bootstrap(url: str, ref: str = REF, version: str = __version__) -> str:
-    """The canonical first lines of every setup cell: install the helpers where missing, then check them.
+    """Every lesson's first code cell: install the course where ``course_setup`` is missing, then check ``helpers``.
 
-    It runs before the helpers can be trusted, so it imports nothing of theirs. Its errors are ``SetupError``, which
-    IPython shows as the message alone (``_render_traceback_``), and which stops Run all like any exception.
+    Four lines a learner reads at a glance. pip prints its own error when an install fails, and the cell adds
+    ``INSTALL_FAILED`` under it; the import on the last line then stops Run all. ``course_setup.check`` names a stale or
+    foreign ``helpers`` with its fix (``SetupError``, shown without a traceback).
     """
-    kaggle = " or ".join(f'"{name}" in os.environ' for name in KAGGLE_VARIABLES)
-    said_source = inspect.getsource(pip_said).strip()
-    return f'''\
-# Installs the course helpers where they are missing (Colab, Kaggle; the PyTorch there is kept), then checks that
-# `helpers` is the course's package in the version this notebook was written for.
-import importlib.util
-import os
-import re
-import subprocess
-import sys
-
-HELPERS_VERSION = "{version}"  # this line and the next: written by python -m tools.launch sync
-source = os.environ.get("{ENV_SOURCE}", "{install_source(url, ref)}")
-
-
-class SetupError(Exception):
-    def _render_traceback_(self):  # Jupyter shows the message without a traceback; Run all still stops here
-        return [f"SetupError: {{self}}"]
-
-
-{said_source}
-
-
-if importlib.util.find_spec("helpers") is None:
-    install = [sys.executable, "-m", "pip", "install", "-q", "--no-color", source]  # keeps the torch that is there
-    plain = {{**{{k: v for k, v in os.environ.items() if k != "FORCE_COLOR"}}, "NO_COLOR": "1"}}  # ipykernel sets it
-    pip = subprocess.run(install, capture_output=True, text=True, env=plain)
-    if pip.returncode != 0:
-        said = pip_said(pip.stdout + pip.stderr) or f"exit status {{pip.returncode}}"
-        named = " (named by {ENV_SOURCE})" if "{ENV_SOURCE}" in os.environ else ""
-        if {kaggle}:
-            fix = ("On Kaggle this usually means Internet is off: switch it on in Settings > Internet (in the "
-                   "notebook editor's right-hand panel), wait for the session to restart, then run this cell again.")
-        else:
-            fix = "Check that source and your internet connection, then run this cell again."
-        raise SetupError(f"could not install the course helpers from {{source}}{{named}}.\\npip: {{said}}\\n{{fix}}")
-    importlib.invalidate_caches()
-    print(f"Installed the course helpers from {{source}}")
-
-import helpers
-
-ours = getattr(helpers, "COURSE", None) == "{COURSE}"  # other code can be called helpers too
-if not ours or helpers.__version__ != HELPERS_VERSION:
-    file = getattr(helpers, "__file__", None) or list(helpers.__path__)  # a folder without __init__.py has no file
-    found = f"version {{getattr(helpers, '__version__', 'none')}}"
-    if ours:
-        fix = f'install version {{HELPERS_VERSION}}:  %pip install --no-deps --force-reinstall "{{source}}"'
-    else:
-        found += ", not the course's package"
-        fix = "rename your own helpers.py or helpers folder (or uninstall the package it came from)"
-    raise SetupError(
-        f"this notebook needs the course helpers {{HELPERS_VERSION}}, but `import helpers` found {{file}} "
-        f"({{found}}).\\nFix: {{fix}}, then restart the runtime (the kernel) and run this cell again."
-    )'''
+    return (
+        "import importlib.util, sys  # installs the course helpers where missing (Colab, Kaggle); the PyTorch there "
+        "stays\n"
+        'if importlib.util.find_spec("course_setup") is None:\n'
+        f'    !{{sys.executable}} -m pip install -q "{install_source(url, ref)}" || echo "{INSTALL_FAILED}"\n'
+        f'from course_setup import check; check("{version}", "{ref}")  # stops with the fix if `helpers` is stale or '
+        "not ours"
+    )
 
 
 def notebook_path(path: Path, root: Path = ROOT) -> str:
@@ -249,26 +191,9 @@ def notebook_path(path: Path, root: Path = ROOT) -> str:
         return f"notebooks/{path.name}"
 
 
-def _split_bootstrap(source: str) -> tuple[str, str] | None:
-    """Split a setup cell's source into (bootstrap lines, the rest); None when it has no bootstrap block."""
-    lines = source.split("\n")
-    for pattern in (_BOOTSTRAP_END, _OLD_BOOTSTRAP_END):
-        start = next((i for i, line in enumerate(lines) if pattern.match(line)), None)
-        if start is not None:
-            break
-    else:
-        return None
-    end = start + 1
-    while end < len(lines) and lines[end][:1] in (" ", "\t"):
-        end += 1
-    rest = lines[end:]
-    while rest and not rest[0].strip():
-        rest.pop(0)
-    return "\n".join(lines[:end]), "\n".join(rest)
-
-
-def _with_bootstrap(rest: str, url: str, ref: str, version: str) -> str:
-    return bootstrap(url, ref, version) + ("\n\n" + rest if rest else "")
+def _is_bootstrap(source: str) -> bool:
+    """Whether a first code cell is a bootstrap of this form (which ``fix`` may rewrite whole)."""
+    return "course_setup" in source and len(source.splitlines()) <= 4
 
 
 def _header_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode | None:
@@ -306,11 +231,10 @@ def problems(
         found.append(f"badge line is {badges[0]!r}, expected {badge_line(url, rel_path, ref)!r}")
     found += _metadata_problems(nb.metadata)
     setup = _setup_cell(nb)
-    parts = _split_bootstrap(setup.source) if setup else None
-    if parts is None:
-        found.append('first code cell has no bootstrap block (if importlib.util.find_spec("helpers") is None:)')
-    elif setup.source != _with_bootstrap(parts[1], url, ref, version):
-        found.append(f"bootstrap lines of the setup cell differ from the canonical text for {ref}, version {version}")
+    if setup is None or not _is_bootstrap(setup.source):
+        found.append("first code cell is not the bootstrap (four lines ending with course_setup's check)")
+    elif setup.source != bootstrap(url, ref, version):
+        found.append(f"the bootstrap (first code cell) differs from the canonical text for {ref}, version {version}")
     return found
 
 
@@ -331,11 +255,10 @@ def fix(nb: nbformat.NotebookNode, rel_path: str, url: str, ref: str = REF, vers
         else:
             nb.metadata[key] = copy.deepcopy(wanted)
     setup = _setup_cell(nb)
-    parts = _split_bootstrap(setup.source) if setup else None
-    if parts is None:
-        unfixable.append("first code cell has no bootstrap block to rewrite")
+    if setup is None or not _is_bootstrap(setup.source):
+        unfixable.append("first code cell is not a bootstrap to rewrite: put the four lines of colab/README.md there")
     else:
-        setup.source = _with_bootstrap(parts[1], url, ref, version)
+        setup.source = bootstrap(url, ref, version)
     return unfixable
 
 
@@ -419,6 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     for problem in release_problems(ref, version, pyproject_version(args.pyproject)):
         print(f"release: {problem}")
         status = 1
+    stale = sync_repository(root, url, write=args.command == "sync")
+    if stale:
+        print(f"course_setup.py: REPOSITORY {stale!r} {'updated' if args.command == 'sync' else 'differs from ' + url}")
+        status |= args.command == "check"
     for path in paths:
         rel = notebook_path(path, root)
         nb = nbformat.read(path, as_version=4)

@@ -197,27 +197,65 @@ def torchrun(
         problem = fail_rank_problem(int(fail_rank), nproc)
         if problem:
             raise ValueError(problem)
-    command = torchrun_command(nproc, script_args, module)
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # minus torchrun's warning
-    # Files rather than pipes: reading a pipe waits until every process holding it has exited.
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        process = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=env)
+    [done] = run_together([torchrun_command(nproc, script_args, module)], timeout)
+    if isinstance(done, subprocess.TimeoutExpired):
+        raise done
+    return done
+
+
+def run_together(
+    commands: Sequence[Sequence[str]], timeout: float, env: dict[str, str] | None = None
+) -> list[subprocess.CompletedProcess[str] | subprocess.TimeoutExpired]:
+    """Start every command at once (torchrun agents, say) and wait for all of them, ``timeout`` seconds at most in
+    all. Returns each one's CompletedProcess, or for one still running at the deadline a TimeoutExpired holding its
+    output so far (it is then stopped). Whatever happens, nothing started here is left running.
+
+    A torchrun agent stops its workers (in sessions of their own) when it gets SIGTERM, and gives them 30 s; SIGKILL
+    would orphan them, so SIGTERM comes first and SIGKILL only after ``STOP_GRACE`` seconds.
+    """
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **(env or {})}
+    deadline = time.monotonic() + timeout
+    with contextlib.ExitStack() as files:
+        # Files rather than pipes: reading a pipe waits until every process holding it has exited.
+        outputs = [
+            (files.enter_context(tempfile.TemporaryFile("w+")), files.enter_context(tempfile.TemporaryFile("w+")))
+            for _ in commands
+        ]
+        processes: list[subprocess.Popen[str]] = []
+        late: set[int] = set()
         try:
-            process.wait(timeout=timeout)
-        except BaseException as exc:  # the timeout, or KeyboardInterrupt: the notebook's stop button
-            # SIGTERM: torchrun then stops its workers (in sessions of their own) and exits; SIGKILL would orphan them.
-            process.terminate()
-            try:
-                process.wait(timeout=STOP_GRACE)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            if not isinstance(exc, subprocess.TimeoutExpired):
-                raise
+            for command, (out, err) in zip(commands, outputs, strict=True):
+                processes.append(subprocess.Popen(list(command), stdout=out, stderr=err, text=True, env=env))
+            for index, process in enumerate(processes):
+                try:
+                    process.wait(timeout=max(deadline - time.monotonic(), 0.01))
+                except subprocess.TimeoutExpired:
+                    late.add(index)
+        finally:  # the deadline, an error, or KeyboardInterrupt (the notebook's stop button)
+            _stop(processes)
+        results: list[subprocess.CompletedProcess[str] | subprocess.TimeoutExpired] = []
+        for index, (command, process, (out, err)) in enumerate(zip(commands, processes, outputs, strict=True)):
             out.seek(0), err.seek(0)
-            raise subprocess.TimeoutExpired(command, timeout, output=out.read(), stderr=err.read()) from None
-        out.seek(0), err.seek(0)
-        return subprocess.CompletedProcess(command, process.returncode, out.read(), err.read())
+            stdout, stderr = out.read(), err.read()
+            if index in late:
+                results.append(subprocess.TimeoutExpired(list(command), timeout, output=stdout, stderr=stderr))
+            else:
+                results.append(subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr))
+        return results
+
+
+def _stop(processes: Sequence[subprocess.Popen[str]]) -> None:
+    """SIGTERM to every process still running, then SIGKILL to any still there after ``STOP_GRACE`` seconds."""
+    running = [p for p in processes if p.poll() is None]
+    for process in running:
+        process.terminate()
+    grace_end = time.monotonic() + STOP_GRACE
+    for process in running:
+        try:
+            process.wait(timeout=max(grace_end - time.monotonic(), 0.01))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def root_cause(stderr: str) -> list[str]:

@@ -1,0 +1,156 @@
+"""Training that survives a crashed worker: DDP with a checkpoint every K steps, resumed from on every start.
+
+    torchrun --nnodes 1 --nproc-per-node 2 --max-restarts 2 -m helpers.elastic_train --steps 60 --every 10
+
+torchrun restarts every worker of the group when one of them dies (``--max-restarts``). Each start of this script
+loads the newest checkpoint, if there is one, and goes on from there: the model, the optimizer and the learning-rate
+schedule, the epoch and the position inside it, and each rank's random state. Rank 0 writes the checkpoint atomically
+(helpers.checkpoints: a temporary file, then a rename), and every rank waits at a barrier until it is written, so no
+rank runs ahead of a checkpoint that might not exist. ``--crash-rank R --crash-at S`` kills rank R at step S in the
+group's first attempt (the rehearsal of a worker that dies); the loss of every step goes to ``losses.jsonl`` with the
+attempt that computed it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch._dynamo  # noqa: F401  before any process group (helpers.distributed.leaving_cleanly says why)
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+from helpers import arguments, ddp_check, distributed
+from helpers.checkpoints import load_checkpoint, save_checkpoint
+from helpers.distributed import say
+from helpers.models import build_model
+from helpers.single_train import load_data, parser
+
+CHECKPOINT = "resume.pt"
+LOSSES = "losses.jsonl"
+FINAL = "final.pt"
+
+
+def parse_args(argv: Sequence[str] | None = None):
+    p = parser("python -m helpers.elastic_train", __doc__.splitlines()[0])
+    p.set_defaults(out="checkpoints/elastic")
+    p.add_argument("--steps", type=arguments.positive_int, default=60, help="optimizer steps in all (default 60)")
+    p.add_argument("--every", type=arguments.positive_int, default=10, help="steps between checkpoints (default 10)")
+    p.add_argument("--timeout", type=arguments.seconds, default=60.0, help="seconds a collective may wait (default 60)")
+    p.add_argument("--crash-rank", type=arguments.rank_or_none, default=-1, help="this rank dies (-1: none)")
+    p.add_argument("--crash-at", type=arguments.count, default=0, help="... at this step, in the first attempt only")
+    return p.parse_args(argv)
+
+
+def local_restarts() -> int:
+    """How many times this node's agent has restarted its workers (torchrun counts on each node apart: a node whose
+    worker failed counts a restart, the others rejoin without counting one)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+
+
+def group_attempt(device: torch.device) -> int:
+    """Which start of the whole group this is (0 the first): the largest count of any node."""
+    count = torch.tensor(local_restarts(), device=device)
+    dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    return int(count.item())
+
+
+@record
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    data = load_data(args)[0]
+    device = distributed.process_device(args.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(
+        "nccl" if device.type == "cuda" else "gloo",
+        timeout=timedelta(seconds=args.timeout),
+        device_id=device if device.type == "cuda" else None,
+        **distributed.world_of_one(),
+    )
+    with distributed.leaving_cleanly(args.timeout):
+        train(args, data, device)
+    return 0
+
+
+def train(args, data, device: torch.device) -> None:
+    rank, world_size, attempt = dist.get_rank(), dist.get_world_size(), group_attempt(device)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=args.seed)
+    loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler)
+    node, local = os.environ.get("GROUP_RANK", "0"), os.environ.get("LOCAL_RANK", "0")  # torchrun sets both
+    where = f"{os.environ.get('MASTER_ADDR', 'this process')}:{os.environ.get('MASTER_PORT', '-')}"
+    say(f"[node {node}, local rank {local}] rank {rank} of {world_size} on {device}, group's store at {where}")
+
+    torch.manual_seed(args.seed)
+    model = DDP(build_model(args.model).to(device), device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.steps)
+    step, epoch, position = 0, 0, 0  # steps done; the epoch under way and the batches of it already used
+
+    if (out / CHECKPOINT).exists():
+        state = load_checkpoint(out / CHECKPOINT, map_location=device)  # each rank onto its own device
+        model.module.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        step, epoch, position = state["step"], state["epoch"], state["position"]
+        torch.set_rng_state(state["rng"][rank])
+        say(f"[rank {rank}] attempt {attempt}: resumed at step {step} (epoch {epoch}, batch {position})")
+    elif rank == 0:
+        say(f"[rank {rank}] attempt {attempt}: no checkpoint in {out}, starting at step 0")
+
+    loss_fn = nn.CrossEntropyLoss()
+    while step < args.steps:
+        sampler.set_epoch(epoch)  # the same shuffle as an uninterrupted run's for this epoch
+        for index, (X, y) in enumerate(loader):
+            if index < position:  # used before the restart
+                continue
+            if rank == args.crash_rank and step == args.crash_at and attempt == 0:
+                say(f"[rank {rank}] dies at step {step} (SIGKILL: no cleanup, no last words)")
+                os.kill(os.getpid(), signal.SIGKILL)
+            loss = loss_fn(model(X.to(device)), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            step, position = step + 1, index + 1
+            mean = loss.detach().clone()
+            dist.all_reduce(mean)
+            if rank == 0:
+                with open(out / LOSSES, "a") as log:
+                    log.write(json.dumps({"step": step, "loss": mean.item() / world_size, "attempt": attempt}) + "\n")
+            if step % args.every == 0 or step == args.steps:
+                checkpoint(out, model, optimizer, schedule, step, epoch, position)
+            if step == args.steps:
+                break
+        else:
+            epoch, position = epoch + 1, 0
+    gap = ddp_check.replica_gap(model.module)  # every rank's weights against rank 0's (a collective)
+    if rank == 0:
+        save_checkpoint(model.module.state_dict(), out / FINAL)
+        say(f"[rank 0] finished {step} steps in attempt {attempt}; largest difference from rank 0's weights {gap:.1e}")
+
+
+def checkpoint(out: Path, model: DDP, optimizer, schedule, step: int, epoch: int, position: int) -> None:
+    """Rank 0 writes everything a restart needs; every rank waits until it is on disk."""
+    rng = [None] * dist.get_world_size()
+    dist.all_gather_object(rng, torch.get_rng_state())  # each rank's own random state
+    if dist.get_rank() == 0:
+        state = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict()}
+        state.update(schedule=schedule.state_dict(), step=step, epoch=epoch, position=position, rng=rng)
+        save_checkpoint(state, out / CHECKPOINT)
+    dist.barrier()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Several nodes, rehearsed on one machine: torchrun agents that meet at a c10d rendezvous (lessons 12 and 13).
+
+On a cluster every node runs the same torchrun command; only the machine differs. Here each "node" is one more
+torchrun agent on this machine, all pointed at one rendezvous endpoint on a free local port::
+
+    torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:29517 --rdzv-id job1 \\
+        -m helpers.elastic_train          # typed once per node
+
+``rehearse`` starts them together with a timeout, and ends every process it started whatever happens.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from helpers.distributed import run_together
+
+SCRIPT = "helpers.elastic_train"
+HOST = "127.0.0.1"
+
+NO_SHARED_STORE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+"""The agents' setting that lets a group restarted after a crash reconnect over gloo on every torch the course
+supports. By default the c10d rendezvous lends its own store to the workers, and the store outlives a restart with
+the previous attempt's gloo addresses in it: on torch 2.14 the restarted workers then try to reach peers that no longer
+exist ("Gloo connectFullMesh failed ... Connection refused"; pytorch/pytorch#167288 reports the same with nccl). With
+this set, rank 0's worker hosts a fresh store on a new port for each attempt."""
+
+
+def free_port(host: str = HOST) -> int:
+    """A port nothing listens on now (the system picks it), for a rendezvous endpoint on this machine."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def agent_command(
+    nnodes: int | str,
+    nproc: int,
+    endpoint: str,
+    run_id: str,
+    script_args: Sequence[str] = (),
+    *,
+    module: str = SCRIPT,
+    max_restarts: int = 0,
+    rdzv_conf: str = "",
+) -> list[str]:
+    """One node's torchrun command, as ``python -m torch.distributed.run`` (this Python, never another on PATH).
+    ``nnodes`` may be a range such as "1:2" (an elastic job); ``rdzv_conf`` passes settings such as
+    "join_timeout=20" (seconds a node waits for the others; torchrun's default is 600)."""
+    args = [f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}"]
+    args += [f"--rdzv-id={run_id}", f"--max-restarts={max_restarts}"]
+    args += [f"--rdzv-conf={rdzv_conf}"] if rdzv_conf else []
+    return [sys.executable, "-m", "torch.distributed.run", *args, "-m", module, *script_args]
+
+
+def agent_line(command: Sequence[str]) -> str:
+    """The command as one types it in a terminal: ``torchrun ...``."""
+    return shlex.join(["torchrun", *command[3:]])
+
+
+def rehearse(
+    nnodes: int,
+    nproc: int,
+    script_args: Sequence[str] = (),
+    *,
+    timeout: float = 120.0,
+    module: str = SCRIPT,
+    max_restarts: int = 0,
+    run_id: str = "course",
+    env: dict[str, str] | None = None,
+) -> list[subprocess.CompletedProcess[str] | subprocess.TimeoutExpired]:
+    """``nnodes`` agents of ``nproc`` workers each on this machine, meeting at a free local port; each agent's result
+    (a TimeoutExpired with its output so far for one still running after ``timeout`` seconds, then stopped)."""
+    endpoint = f"{HOST}:{free_port()}"
+    command = agent_command(nnodes, nproc, endpoint, run_id, script_args, module=module, max_restarts=max_restarts)
+    return run_together([command] * nnodes, timeout, env)

@@ -54,13 +54,15 @@ class Reference:
 
     def __init__(self, model: nn.Module, args: argparse.Namespace, train_set: TensorDataset, world_size: int) -> None:
         self.model, self.args, self.train_set, self.world_size = copy.deepcopy(model), args, train_set, world_size
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=args.lr)
+        momentum = getattr(args, "momentum", 0.0)  # the scripts' optimizer: plain SGD (ddp_train), with momentum (fsdp)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=args.lr, momentum=momentum)
         self.loss_fn = nn.CrossEntropyLoss()  # the same mean loss as the script's
         self.gaps: list[float] = []  # after each compared step: largest |DDP weight - reference weight|
         self.epoch, self.batches = -1, iter(())
 
-    def step(self, trained: nn.Module, epoch: int) -> None:
-        """Take the step of the script's step just taken, on the global batch; compare with ``trained``'s weights."""
+    def step(self, trained: nn.Module | torch.Tensor, epoch: int) -> None:
+        """Take the step of the script's step just taken, on the global batch; compare with ``trained``'s weights
+        (a model, or its weights already flattened, as a sharded script gathers them)."""
         if 0 < self.args.equivalence_steps <= len(self.gaps):
             return
         if epoch != self.epoch:
@@ -72,7 +74,8 @@ class Reference:
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
-        self.gaps.append((flat_parameters(trained) - flat_parameters(self.model)).abs().max().item())
+        weights = trained if isinstance(trained, torch.Tensor) else flat_parameters(trained)
+        self.gaps.append((weights - flat_parameters(self.model)).abs().max().item())
 
     def report(self) -> tuple[dict, str]:
         """The summary's entries and the line rank 0 logs."""

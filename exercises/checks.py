@@ -7,7 +7,7 @@ exercise id, and ``exercises/core.py`` holds what they share."""
 from exercises.core import CHECKERS
 from exercises.lesson_00 import check_zeros_on_device
 from exercises.lesson_01 import check_add_noise, check_bandwidth, check_moved_copy
-from exercises.lesson_02 import check_batch_on_device, check_error_reading, check_train_step
+from exercises.lesson_02 import check_batch_on_device, check_error_reading, check_made_in_forward, check_train_step
 from exercises.lesson_03 import check_buffers_move, check_load_on_cpu
 from exercises.lesson_04 import check_device_loader, check_one_hot, check_padding_mask
 from exercises.lesson_05 import check_best_change, check_count_correct, check_predict_proba, check_resident_batches

@@ -111,3 +111,52 @@ def check_train_step(train_step: Callable | None, device: torch.device, steps: i
         if not values[-1] < values[0]:
             return f"the loss did not go down over {steps} steps on one batch: {values}"
     return None
+
+
+@exercise("02_tensor_made_in_forward", "a tensor made inside forward")
+def check_made_in_forward(module_class: type | None, device: torch.device) -> str | None:
+    """A class like the lesson's ``AddPositions`` (``self.linear(x) + arange(T)[:, None]`` for ``x`` of shape
+    (B, T, D), ``dim=4`` by default) whose forward makes nothing on the CPU. Built with its defaults, it must compute
+    that on the CPU, the same output on every call; then it runs on ``device``, and, when that is not a CUDA GPU, on
+    the meta device, which refuses a tensor that ``forward`` made on the CPU as a GPU does."""
+    import copy
+
+    from torch import nn
+
+    from helpers.placement import gpu_or_meta
+
+    if isinstance(module_class, nn.Module):
+        return "pass the class itself (AddPositionsFixed), not an instance of it"
+    if not (isinstance(module_class, type) and issubclass(module_class, nn.Module)):
+        return f"expected a class derived from nn.Module, got {type(module_class).__name__}"
+    x = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(0))  # (B, T, D), on the CPU
+    with torch.random.fork_rng(devices=[]), torch.no_grad():  # the learner's seed stays as it was
+        torch.manual_seed(0)
+        with learner_code("building the module with its defaults raised "):
+            module = module_class()
+        with learner_code("on the CPU, forward raised "):
+            first, second = module(x), module(x)
+    if not (isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor)):
+        return f"forward should return a tensor, got {type(first).__name__}"
+    if first.shape != second.shape or not torch.equal(first, second):
+        return (
+            "two calls on the same input gave different outputs: a layer built inside forward gets new random "
+            "weights on every call; build it once in __init__"
+        )
+    linear = getattr(module, "linear", None)
+    if not isinstance(linear, nn.Linear):
+        return "keep the layer as self.linear, an nn.Linear built in __init__"
+    with torch.no_grad():
+        expected = linear(x) + torch.arange(x.shape[1])[:, None]  # (B, T, D)
+    if first.shape != expected.shape or not torch.allclose(first, expected):
+        return "on the CPU it does not compute self.linear(x) + positions[:, None] as AddPositions does"
+    for where in dict.fromkeys([torch.device(device), gpu_or_meta(device)]):  # one run when both are the same GPU
+        moved = copy.deepcopy(module).to(where)
+        hint = learner_code(f"with the module and its input on {where}: ", "; make it where the input is")
+        with hint, torch.no_grad():
+            out = moved(x.to(where))
+        if not same_device(out.device, where):
+            return f"the output is on {out.device}, the input on {where}: make every tensor of forward there"
+        if where.type != "meta" and not torch.allclose(out.cpu(), expected, rtol=1e-3, atol=1e-3):
+            return f"on {where} the output differs from the CPU's"
+    return None

@@ -5,10 +5,11 @@ from types import MappingProxyType
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from exercises.checks import CHECKERS
 
-TESTED = {"02_read_the_error", "02_batch_on_device", "02_fix_the_train_step"}
+TESTED = {"02_read_the_error", "02_batch_on_device", "02_fix_the_train_step", "02_tensor_made_in_forward"}
 NEW = (
     "Expected all tensors to be on the same device, but got mat1 is on cpu, different from other tensors on "
     "cuda:0 (when checking argument in method wrapper_CUDA_addmm)"
@@ -134,3 +135,147 @@ def test_train_step_checker_leaves_the_gpu_alone_when_the_lesson_runs_on_the_cpu
     device = torch.device("cpu")
     assert check(step, device) is True  # a model moved to a real cuda:0 would fail here: the second run is on meta
     assert check(step_as_handed_over, device) is False
+
+
+class AddPositions(nn.Module):  # the lesson's module, as handed over: positions made on the CPU
+    def __init__(self, dim: int = 4) -> None:
+        super().__init__()
+        self.linear = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return self.linear(x) + torch.arange(x.shape[1])[:, None]
+
+
+class WithDevice(AddPositions):  # the reference answer
+    def forward(self, x):
+        return self.linear(x) + torch.arange(x.shape[1], device=x.device)[:, None]
+
+
+class WithBuffer(AddPositions):
+    def __init__(self, dim: int = 4, max_len: int = 16) -> None:
+        super().__init__(dim)
+        self.register_buffer("positions", torch.arange(max_len), persistent=False)
+
+    def forward(self, x):
+        return self.linear(x) + self.positions[: x.shape[1], None]
+
+
+class MovedAfterwards(AddPositions):  # made on the CPU, then copied: slower, but on the right device
+    def forward(self, x):
+        return self.linear(x) + torch.arange(x.shape[1]).to(x.device)[:, None]
+
+
+class ZerosOnTheCpu(AddPositions):  # a tensor made without a device, as torch.zeros does it
+    def forward(self, x):
+        offset = torch.zeros(x.shape[1], 1)
+        return self.linear(x) + torch.arange(x.shape[1], device=x.device)[:, None] + offset
+
+
+class PlainAttribute(AddPositions):  # made in __init__ but not registered: .to() leaves it behind
+    def __init__(self, dim: int = 4) -> None:
+        super().__init__(dim)
+        self.positions = torch.arange(16)
+
+    def forward(self, x):
+        return self.linear(x) + self.positions[: x.shape[1], None]
+
+
+class LayerInForward(nn.Module):  # the layer built inside forward, on the CPU
+    def forward(self, x):
+        return nn.Linear(4, 4)(x) + torch.arange(x.shape[1], device=x.device)[:, None]
+
+
+class LayerInForwardOnTheDevice(nn.Module):  # built where the input is, but new weights on every call
+    def forward(self, x):
+        return nn.Linear(4, 4, device=x.device)(x) + torch.arange(x.shape[1], device=x.device)[:, None]
+
+
+class Unseeded(WithDevice):  # right devices, wrong sum
+    def forward(self, x):
+        return self.linear(x)
+
+
+def test_made_in_forward_accepts_the_reference_and_other_right_answers(capsys):
+    check = CHECKERS["02_tensor_made_in_forward"]
+    for answer in (WithDevice, WithBuffer, MovedAfterwards):
+        assert check(answer, torch.device("cpu")) is True, answer.__name__
+        assert check(answer, torch.device("meta")) is True, answer.__name__
+    assert "[pass]" in capsys.readouterr().out
+
+
+def test_made_in_forward_waits_for_the_untouched_cell(capsys):
+    assert CHECKERS["02_tensor_made_in_forward"](None, torch.device("cpu")) is False
+    assert "[waiting]" in capsys.readouterr().out
+
+
+def test_a_tensor_made_in_forward_without_a_device_fails_on_a_cpu_only_lesson(capsys):
+    check = CHECKERS["02_tensor_made_in_forward"]
+    cpu = torch.device("cpu")
+    for answer in (AddPositions, ZerosOnTheCpu, PlainAttribute):
+        assert check(answer, cpu) is False, answer.__name__
+        out = capsys.readouterr().out
+        assert "[not yet]" in out and "on meta" in out and "RuntimeError" in out, out
+
+
+def test_a_layer_built_in_forward_fails(capsys):
+    check = CHECKERS["02_tensor_made_in_forward"]
+    for answer in (LayerInForward, LayerInForwardOnTheDevice):
+        assert check(answer, torch.device("cpu")) is False, answer.__name__
+        assert "new random weights" in capsys.readouterr().out
+
+
+def test_made_in_forward_rejects_other_wrong_answers(capsys):
+    check = CHECKERS["02_tensor_made_in_forward"]
+    cpu = torch.device("cpu")
+    assert check(WithDevice(), cpu) is False  # an instance, not the class
+    assert "class itself" in capsys.readouterr().out
+    assert check("AddPositionsFixed", cpu) is False
+    assert check(Unseeded, cpu) is False
+    assert "does not compute" in capsys.readouterr().out
+
+    class Renamed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.layer(x) + torch.arange(x.shape[1], device=x.device)[:, None]
+
+    assert check(Renamed, cpu) is False
+    assert "self.linear" in capsys.readouterr().out
+
+    class NeedsArguments(WithDevice):
+        def __init__(self, dim: int) -> None:
+            super().__init__(dim)
+
+    assert check(NeedsArguments, cpu) is False
+    assert "building the module" in capsys.readouterr().out
+
+
+def test_made_in_forward_leaves_the_learners_random_state_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    CHECKERS["02_tensor_made_in_forward"](WithDevice, torch.device("cpu"))
+    assert torch.equal(torch.rand(3), expected)
+
+
+class CopiesLayerInForward(AddPositions):  # the same weights on every call, but a layer made on the CPU
+    def forward(self, x):
+        layer = nn.Linear(4, 4)
+        layer.load_state_dict(self.linear.state_dict())
+        return layer(x) + torch.arange(x.shape[1], device=x.device)[:, None]
+
+
+def test_a_layer_built_in_forward_fails_on_the_second_device_even_with_fixed_weights(capsys):
+    check = CHECKERS["02_tensor_made_in_forward"]
+    assert check(CopiesLayerInForward, torch.device("cpu")) is False
+    assert "on meta" in capsys.readouterr().out
+
+
+def test_made_in_forward_checker_leaves_the_gpu_alone_when_the_lesson_runs_on_the_cpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine where DEVICE = "cpu"
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    check = CHECKERS["02_tensor_made_in_forward"]
+    assert check(WithDevice, torch.device("cpu")) is True  # the second run is on meta, not on a real cuda:0
+    assert check(AddPositions, torch.device("cpu")) is False

@@ -13,18 +13,20 @@ import torch
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_device_mismatch_errors.ipynb"
 
-EXPECTED = {  # cell id: (the error's type, the line of the cell that raises it)
-    "err-add-gpu-cpu": ("RuntimeError", "t1 + t2"),
-    "err-add-cpu-gpu": ("RuntimeError", "t2 + t1"),
-    "err-one-element": ("RuntimeError", "t1 * torch.tensor([2.0])  # (1,): one element, but one dimension"),
-    "err-matmul": ("RuntimeError", "a @ b"),
-    "err-cat": ("RuntimeError", "torch.cat([seen, new_row])"),
-    "err-index-select": ("RuntimeError", "table.index_select(0, ids)"),
-    "err-linear-input": ("RuntimeError", "layer(x)"),
-    "err-loss-labels": ("RuntimeError", "F.cross_entropy(logits, labels)"),
-    "err-numpy": ("TypeError", "on_gpu.numpy()"),
-    "err-index-out-of-range": ("IndexError", "values[torch.tensor([12])]"),
-    "err-training-step": ("RuntimeError", "train_step(model, on_gpu, loss_fn, optimizer)"),
+EXPECTED = {  # cell id: (the error's type, the line of the cell that raises it) for each error, in order
+    "err-add-gpu-cpu": [("RuntimeError", "t1 + t2"), ("RuntimeError", "t2 + t1")],
+    "err-one-element": [("RuntimeError", "t1 * torch.tensor([2.0])  # (1,): one element, but one dimension")],
+    "err-matmul": [("RuntimeError", "a @ b")],
+    "err-cat": [("RuntimeError", "torch.cat([seen, new_row])")],
+    "err-index-select": [("RuntimeError", "table.index_select(0, ids)")],
+    "err-linear-input": [("RuntimeError", "layer(x)")],
+    "err-made-in-forward": [
+        ("RuntimeError", "adder(torch.randn(2, 5, 4, device=gpu))  # positions is still made on the CPU")
+    ],
+    "err-loss-labels": [("RuntimeError", "F.cross_entropy(logits, labels)")],
+    "err-numpy": [("TypeError", "on_gpu.numpy()")],
+    "err-index-out-of-range": [("IndexError", "values[torch.tensor([12])]")],
+    "err-training-step": [("RuntimeError", "train_step(model, on_gpu, loss_fn, optimizer)")],
 }
 GPU_ONLY = {  # cell id: (the error types it accepts, the line of the cell that raises it, what the message says)
     "err-addmm-scalar": (
@@ -85,24 +87,25 @@ def test_every_error_cell_uses_expect_error_with_its_type(committed):
         types = kinds[0] if len(kinds) == 1 else rf"\({', '.join(kinds)}\)"
         assert re.search(rf"^    with expect_error\({types}, match=", source, re.MULTILINE), cell_id
         assert any(src.strip() == line for src in source.splitlines()), f"{cell_id} no longer has the line {line!r}"
-    for cell_id, (kind, line) in EXPECTED.items():
+    for cell_id, errors in EXPECTED.items():
         source = _cell(committed, cell_id).source
-        assert re.search(rf"^with expect_error\({kind}, match=", source, re.MULTILINE), cell_id
-        assert any(src.strip() == line for src in source.splitlines()), f"{cell_id} no longer has the line {line!r}"
+        opened = re.findall(r"^with expect_error\((\w+), match=", source, re.MULTILINE)
+        assert opened == [kind for kind, _ in errors], cell_id
+        for _, line in errors:
+            assert any(src.strip() == line for src in source.splitlines()), f"{cell_id} no longer has the line {line!r}"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cell_id", sorted(EXPECTED))
 def test_the_error_is_raised_for_real_and_shown(lesson02, cell_id):
-    kind, line = EXPECTED[cell_id]
     cell = _cell(lesson02, cell_id)
     shown = SHOWN.findall(_stderr(cell))
-    assert len(shown) == 1, f"{cell_id} showed no error on stderr: {_stderr(cell)!r}"
-    lineno, source, shown_kind, message = shown[0]
-    assert (source, shown_kind) == (line, kind)
-    assert cell.source.splitlines()[int(lineno) - 1].strip() == line  # the number is the cell's own line number
-    if kind == "RuntimeError":
-        assert MISMATCH.search(message), message
+    assert len(shown) == len(EXPECTED[cell_id]), f"{cell_id} did not show each of its errors: {_stderr(cell)!r}"
+    for (lineno, source, shown_kind, message), (kind, line) in zip(shown, EXPECTED[cell_id], strict=True):
+        assert (source, shown_kind) == (line, kind)
+        assert cell.source.splitlines()[int(lineno) - 1].strip() == line  # the number is the cell's own line number
+        if kind == "RuntimeError":
+            assert MISMATCH.search(message), message
 
 
 @pytest.mark.slow
@@ -132,4 +135,11 @@ def test_what_no_stand_in_models_is_raised_on_a_gpu_and_skipped_without_one(less
 @pytest.mark.parametrize("cell_id", sorted(set(EXPECTED) - {"err-index-out-of-range"}))
 def test_each_error_says_whether_it_was_real_or_a_stand_in(lesson02, cell_id):
     expected = META_ORIGIN if cell_id == "err-numpy" else FAKE_ORIGIN
-    assert _stdout(_cell(lesson02, cell_id)).strip().splitlines()[-1] == expected
+    cell = _cell(lesson02, cell_id)
+    origins = [line for line in _stdout(cell).splitlines() if "error" in line and line.endswith(":")]
+    assert origins == [expected] * len(EXPECTED[cell_id])
+    # each origin line comes just before its error: the outputs alternate stdout (origin), stderr (error)
+    streams = [out.get("name") for out in cell.get("outputs", []) if out.get("output_type") == "stream"]
+    for i, name in enumerate(streams):
+        if name == "stderr":
+            assert i > 0 and streams[i - 1] == "stdout", streams

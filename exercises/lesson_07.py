@@ -17,24 +17,6 @@ def _sampler_indices(dataset_len: int, world_size: int, rank: int) -> list[int]:
     return list(DistributedSampler(range(dataset_len), num_replicas=world_size, rank=rank, shuffle=False))
 
 
-@exercise("07_rank_indices", "rank {rank} of {world_size} on {dataset_len} samples")
-def check_rank_indices(indices: list[int] | None, dataset_len: int, world_size: int, rank: int) -> str | None:
-    """The dataset indices DistributedSampler(shuffle=False) gives ``rank`` of ``world_size``."""
-    try:
-        answer = [int(i) for i in indices]
-    except (TypeError, ValueError):
-        return f"expected a list of whole numbers, got {indices!r}"
-    expected = _sampler_indices(dataset_len, world_size, rank)
-    if answer == expected:
-        return None
-    if len(answer) != len(expected):
-        return (
-            f"each rank gets ceil({dataset_len} / {world_size}) = {len(expected)} indices: the sampler pads the "
-            "list by repeating its first indices until it divides evenly"
-        )
-    return "rank r takes every world_size-th index, starting at index r"
-
-
 @exercise(
     "07_steps_per_epoch", "steps per epoch for {dataset_len:,} samples, {world_size} processes, batch {batch_size} each"
 )
@@ -127,4 +109,244 @@ def check_global_mean(global_mean: Callable[[torch.Tensor], float] | None) -> st
         return "that is the mean of the ranks' means; sum losses and counts over ranks instead"
     if not all(abs(v - 7.0) < 1e-5 for v in got):
         return f"the ranks returned {got}, the mean over all 8 losses is 7.0; use dist.all_reduce"
+    return None
+
+
+DDP_SAMPLES, DDP_WORLD, DDP_EPOCHS, DDP_BATCH, DDP_LR = 64, 2, 2, 8, 0.1
+"""The DDP exercise's run: 64 samples on 2 ranks, 2 epochs of batches of 8 per rank, SGD with lr 0.1 as in its cell."""
+DDP_TOLERANCE = 1e-6
+
+
+class _Stop(BaseException):
+    """Ends the dry run at init_process_group (a BaseException: the learner's ``except Exception`` lets it by)."""
+
+
+class _SeenData(torch.utils.data.Dataset):
+    """A data set of tensors that notes each index a loader asks for, so the checker knows what each rank trained on."""
+
+    def __init__(self, X: torch.Tensor, y: torch.Tensor) -> None:
+        self.X, self.y, self.seen = X, y, []
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self.seen.append(int(index))
+        return self.X[index], self.y[index]
+
+
+def _ddp_problem() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
+    """The exercise's model and data: a linear classifier of 10 features into 3 classes, and 64 labelled samples."""
+    X = torch.randn(DDP_SAMPLES, 10, generator=torch.Generator().manual_seed(0))
+    y = (X @ torch.randn(10, 3, generator=torch.Generator().manual_seed(1))).argmax(dim=1)
+    with torch.random.fork_rng(devices=[]):  # the caller's random state stays as it was
+        torch.manual_seed(0)
+        return torch.nn.Linear(10, 3), X, y
+
+
+def _flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def _one_process(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The weights one process reaches on each step's global batch (every rank's batch together)."""
+    import copy
+
+    from helpers.ddp_check import global_batches
+
+    model = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=DDP_LR)
+    for epoch in range(DDP_EPOCHS):
+        for X_step, y_step in global_batches(torch.utils.data.TensorDataset(X, y), DDP_WORLD, DDP_BATCH, 0, epoch):
+            loss = torch.nn.functional.cross_entropy(model(X_step), y_step)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return _flat(model)
+
+
+def _ddp_rank(worker: Callable, rank: int, folder: str, device: str, dry: bool, conn: Any) -> None:
+    """One rank of check_ddp_worker, in a forked process: run ``worker`` with its calls to the process group, the
+    sampler and torch.save noted, then send back what it did. A dry run stops at init_process_group."""
+    import io
+    import os
+    import sys
+    from datetime import timedelta
+    from unittest import mock
+
+    import torch.distributed as dist
+    from torch.utils.data import DistributedSampler
+
+    torch.set_num_threads(1)
+    report: dict[str, Any] = {"backend": None, "joined": False, "set_epoch": [], "saved": 0, "error": None}
+    printed = io.StringIO()
+    sys.stdout, sys.stderr = printed, open(os.devnull, "w")  # noqa: SIM115 (the process's own, closed at exit)
+    real_init, real_save, real_set_epoch = dist.init_process_group, torch.save, DistributedSampler.set_epoch
+
+    def init(*args: Any, **kwargs: Any) -> None:
+        report["joined"], report["backend"] = True, kwargs.get("backend", args[0] if args else None)
+        if dry:
+            raise _Stop
+        if "timeout" not in kwargs and len(args) < 3:
+            kwargs["timeout"] = timedelta(seconds=20)  # a rank left waiting: an error, not a hang
+        real_init(*args, **kwargs)
+
+    def save(*args: Any, **kwargs: Any) -> None:
+        report["saved"] += 1
+        real_save(*args, **kwargs)
+
+    def set_epoch(sampler: DistributedSampler, epoch: int) -> None:
+        report["set_epoch"].append(int(epoch))
+        real_set_epoch(sampler, epoch)
+
+    model, X, y = _ddp_problem()
+    data = _SeenData(X, y)
+    with (
+        mock.patch.object(dist, "init_process_group", init),
+        mock.patch.object(torch, "save", save),
+        mock.patch.object(DistributedSampler, "set_epoch", set_epoch),
+        mock.patch.object(torch.cuda, "set_device", lambda *args: None),
+    ):
+        try:
+            worker(rank, DDP_WORLD, f"file://{folder}/store", model, data, torch.device(device), f"{folder}/model.pt")
+        except _Stop:
+            pass
+        except Exception as err:  # the learner's code, in another process: the error goes back as text
+            report["error"] = first_line(err)
+    report.update(printed=printed.getvalue(), seen=data.seen, weights=_flat(model).tolist())
+    report["open"] = dist.is_initialized()
+    conn.send(report)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _run_ranks(worker: Callable, folder: str, device: str, dry: bool) -> list[dict] | str:
+    """Each rank's report (one rank for a dry run), or why there is none; no process outlives the call."""
+    import multiprocessing
+
+    from helpers.distributed import wait_for_exit
+
+    context = multiprocessing.get_context("fork")  # the learner's function is copied, not pickled by name
+    pipes = [context.Pipe(duplex=False) for _ in range(1 if dry else DDP_WORLD)]
+    ranks = [
+        context.Process(target=_ddp_rank, args=(worker, r, folder, device, dry, send), daemon=True)
+        for r, (_, send) in enumerate(pipes)
+    ]
+    for process in ranks:
+        process.start()
+    try:
+        wait_for_exit(ranks, timeout=60)
+    except TimeoutError:
+        return "the ranks had not finished after 60 s: does every rank make the same collective calls?"
+    reports = []
+    for rank, (receive, _) in enumerate(pipes):
+        if not receive.poll():
+            return f"rank {rank} ended without finishing ddp_worker (exit code {ranks[rank].exitcode})"
+        reports.append(receive.recv())
+    return reports
+
+
+def _ddp_hint(reports: list[dict], out: str, reference: torch.Tensor) -> str | None:
+    """The first thing missing from a CPU run of the learner's ddp_worker, in the order the function does them."""
+    epochs, share = list(range(DDP_EPOCHS)), DDP_SAMPLES // DDP_WORLD
+    for rank, report in enumerate(reports):
+        if not report["joined"] and report["error"] and "not been initialized" not in report["error"]:
+            return f"rank {rank} raised {report['error']} before joining a process group"
+        if not report["joined"]:
+            return (
+                f"rank {rank} never joined a process group: call dist.init_process_group(backend, "
+                "init_method=init_method, rank=rank, world_size=world_size) first"
+            )
+        if report["backend"] != "gloo":
+            return f"on the CPU the backend is gloo, got {report['backend']!r}"
+        error = report["error"]
+        if error and "device_ids" in error:
+            return "device_ids is for a model on a GPU (device_ids=[device.index]); for a model on the CPU leave it out"
+        if error:
+            return f"rank {rank} raised {error}"
+    for rank, report in enumerate(reports):
+        seen = len(report["seen"])
+        if seen == DDP_EPOCHS * DDP_SAMPLES:
+            return (
+                f"no sampler: each rank saw the whole data set ({DDP_SAMPLES} samples an epoch, not its share of "
+                f"{share}); give the DataLoader sampler=DistributedSampler(train_set)"
+            )
+        if seen != DDP_EPOCHS * share:
+            return f"rank {rank} trained on {seen} samples in {DDP_EPOCHS} epochs; its share is {share} an epoch"
+    calls = reports[0]["set_epoch"]
+    if calls != epochs:
+        if not calls:
+            return "sampler.set_epoch(epoch) is never called: every epoch repeats the first epoch's order"
+        return f"set_epoch was called with {calls}: call sampler.set_epoch(epoch) at the start of epoch 0, 1, ..."
+    weights = [torch.tensor(report["weights"]) for report in reports]
+    gap = max((w - weights[0]).abs().max().item() for w in weights)
+    if gap > DDP_TOLERANCE:
+        return (
+            f"the ranks ended with different weights (largest difference {gap:.1e}): wrap the model in DDP, which "
+            "averages the gradients in backward()"
+        )
+    gap = (weights[0] - reference).abs().max().item()
+    if gap > DDP_TOLERANCE:
+        return (
+            f"the weights differ from one process trained on the same global batches by {gap:.1e}: keep the loop as "
+            "given and the sampler's defaults (shuffle=True, seed=0)"
+        )
+    if reports[1]["printed"]:
+        return "rank 1 printed too: print on rank 0 only (if rank == 0)"
+    if not reports[0]["printed"]:
+        return "rank 0 printed nothing: keep the epoch line, on rank 0"
+    if reports[1]["saved"]:
+        return "rank 1 saved too: save on rank 0 only, or the ranks write one file at once"
+    saved = _saved_hint(out)
+    if saved:
+        return saved
+    if any(report["open"] for report in reports):
+        return "the process group is still open when ddp_worker returns: end with dist.destroy_process_group()"
+    return None
+
+
+def _saved_hint(out: str) -> str | None:
+    """What is wrong with the checkpoint rank 0 saved at ``out``, if anything."""
+    from pathlib import Path
+
+    if not Path(out).is_file():
+        return "rank 0 saved nothing at out: save the trained weights there"
+    state = torch.load(out, weights_only=True)
+    if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+        return f"rank 0 saved a {type(state).__name__}, not a state_dict: save model.module.state_dict()"
+    if any(key.startswith("module.") for key in state):
+        return "the saved keys start with 'module.': save model.module.state_dict(), the model inside the DDP wrap"
+    return None
+
+
+@exercise("07_ddp_worker", "turn the single-process loop into DDP", function=True)
+def check_ddp_worker(ddp_worker: Callable | None) -> str | None:
+    """``ddp_worker(rank, world_size, init_method, model, train_set, device, out)`` trains like one process on the
+    global batch: run in two forked CPU processes (gloo) and compared with one process on the same data; then run to
+    its init_process_group with a CUDA device, for the backend it picks there."""
+    import multiprocessing
+    import tempfile
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return "this checker forks two processes, which this system cannot; run it on Linux"
+    import torch._dynamo  # noqa: F401  before any process group: DDP imports it (helpers.distributed.leaving_cleanly)
+
+    model, X, y = _ddp_problem()
+    reference = _one_process(model, X, y)
+    with tempfile.TemporaryDirectory() as folder:
+        reports = _run_ranks(ddp_worker, folder, "cpu", dry=False)
+        if isinstance(reports, str):
+            return reports
+        hint = _ddp_hint(reports, f"{folder}/model.pt", reference)
+        if hint:
+            return hint
+    with tempfile.TemporaryDirectory() as folder:
+        reports = _run_ranks(ddp_worker, folder, "cuda:0", dry=True)
+        if isinstance(reports, str):
+            return reports
+        backend, error = reports[0]["backend"], reports[0]["error"]
+        if not reports[0]["joined"]:
+            return f"with device cuda:0, ddp_worker raised {error} before init_process_group"
+        if backend != "nccl":
+            return f"with device cuda:0 the backend was {backend!r}: a model on a CUDA GPU uses nccl (test device.type)"
     return None

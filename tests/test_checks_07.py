@@ -2,28 +2,26 @@
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Callable
+from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from exercises.checks import CHECKERS
 
-COVERED = {"07_rank_indices", "07_steps_per_epoch", "07_shard", "07_global_mean"}
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "07_distributed_data_parallel.ipynb"
+COVERED = {"07_steps_per_epoch", "07_shard", "07_global_mean", "07_ddp_worker"}
 
 
 def test_every_lesson_07_checker_is_covered() -> None:
     assert {k for k in CHECKERS if k.startswith("07_")} == COVERED
-
-
-def test_rank_indices() -> None:
-    check = CHECKERS["07_rank_indices"]
-    assert check([1, 5, 9], 10, 4, 1)
-    assert check([2, 6, 0], 10, 4, 2)  # padding repeats index 0
-    assert not check([1, 5], 10, 4, 1)  # forgot the padding
-    assert not check([2, 3, 4], 10, 4, 1)  # a contiguous block is not how the sampler splits
-    assert not check("1, 5, 9", 10, 4, 1)
-    assert not check(None, 10, 4, 1)
 
 
 def test_steps_per_epoch() -> None:
@@ -84,3 +82,88 @@ def test_global_mean() -> None:
     assert not check(_mean_of_means)  # 6, not 7: the ranks hold 3 and 5 losses
     assert not check(_only_rank_0_reduces)  # rank 0 waits in vain: the group's timeout ends it
     assert not check(None)
+
+
+def _ddp_worker(rank, world_size, init_method, model, train_set, device, out, epochs=2, batch_size=8, **mistakes):
+    """The reference answer; each keyword of ``mistakes`` leaves out or gets wrong one piece of it."""
+    backend = mistakes.get("backend", "nccl" if device.type == "cuda" else "gloo")
+    if not mistakes.get("no_init"):
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size)
+    sampler = (
+        None if mistakes.get("no_sampler") else DistributedSampler(train_set, shuffle=mistakes.get("shuffle", True))
+    )
+    loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler)
+    model = model.to(device)
+    if not mistakes.get("no_ddp"):
+        device_ids = mistakes.get("device_ids", [device.index] if device.type == "cuda" else None)
+        model = DDP(model, device_ids=device_ids)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(epochs):
+        if sampler is not None and not mistakes.get("no_set_epoch"):
+            sampler.set_epoch(epoch)
+        for X, y in loader:
+            X, y = X.to(device), y.to(device)
+            loss = nn.functional.cross_entropy(model(X), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        if rank == 0 or mistakes.get("every_rank_prints"):
+            print(f"epoch {epoch + 1}: last loss {loss.item():.4f}")
+    if rank == 0 or mistakes.get("every_rank_saves"):
+        plain = model if mistakes.get("no_ddp") or mistakes.get("prefix") else model.module
+        torch.save(plain.state_dict(), out)
+    if not mistakes.get("no_destroy") and dist.is_initialized():
+        dist.destroy_process_group()
+    return model
+
+
+def _from_notebook(marker: str) -> Callable:
+    """The lesson's ``ddp_worker`` from its code cell that holds ``marker``: the exercise cell as handed out (its DDP
+    lines still to write) or the reference solution."""
+    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+    sources = ["".join(cell["source"]) for cell in nb["cells"] if cell["cell_type"] == "code"]
+    cell = next(source for source in sources if "def ddp_worker" in source and marker in source)
+    names = {"torch": torch, "nn": nn, "dist": dist, "DDP": DDP}
+    namespace = {**names, "DataLoader": DataLoader, "Dataset": Dataset, "DistributedSampler": DistributedSampler}
+    exec(cell.split("checks.check_ddp_worker")[0], namespace)
+    return namespace["ddp_worker"]
+
+
+def _with(**mistakes):
+    return lambda *args: _ddp_worker(*args, **mistakes)
+
+
+def test_ddp_worker_reference_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert CHECKERS["07_ddp_worker"](_ddp_worker)
+    assert CHECKERS["07_ddp_worker"](_from_notebook("dist.destroy_process_group()"))  # the lesson's solution cell
+    assert capsys.readouterr().out.count("[pass]") == 2
+    assert not dist.is_initialized()  # the ranks ran in their own processes
+
+
+@pytest.mark.parametrize(
+    ("answer", "hint"),
+    [
+        (_from_notebook("# DDP: join"), "never joined a process group"),
+        (_with(no_init=True), "never joined a process group"),
+        (_with(backend=None), "on the CPU the backend is gloo, got None"),
+        (_with(backend="gloo"), "a model on a CUDA GPU uses nccl"),  # right on the CPU, wrong on a GPU
+        (_with(no_sampler=True), "no sampler: each rank saw the whole data set"),
+        (_with(no_set_epoch=True), "set_epoch(epoch) is never called"),
+        (_with(no_ddp=True), "the ranks ended with different weights"),
+        (_with(device_ids=[0]), "device_ids is for a model on a GPU"),
+        (_with(every_rank_prints=True), "rank 1 printed too"),
+        (_with(every_rank_saves=True), "rank 1 saved too"),
+        (_with(prefix=True), "the saved keys start with 'module.'"),
+        (_with(no_destroy=True), "end with dist.destroy_process_group()"),
+        (_with(shuffle=False), "the weights differ from one process trained on the same global batches"),
+        (lambda *args: 1 / 0, "rank 0 raised ZeroDivisionError: division by zero before joining"),
+    ],
+)
+def test_ddp_worker_mistakes(answer, hint: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert not CHECKERS["07_ddp_worker"](answer)
+    out = capsys.readouterr().out
+    assert "[not yet]" in out and hint in out, out
+
+
+def test_ddp_worker_none_is_waiting() -> None:
+    assert not CHECKERS["07_ddp_worker"](None)

@@ -47,13 +47,16 @@ def agent_command(
     module: str = SCRIPT,
     max_restarts: int = 0,
     rdzv_conf: str = "",
+    local_addr: str = "",
 ) -> list[str]:
     """One node's torchrun command, as ``python -m torch.distributed.run`` (this Python, never another on PATH).
     ``nnodes`` may be a range such as "1:2" (an elastic job); ``rdzv_conf`` passes settings such as
-    "join_timeout=20" (seconds a node waits for the others; torchrun's default is 600)."""
+    "join_timeout=20" (seconds a node waits for the others; torchrun's default is 600); ``local_addr`` is the address
+    the other nodes reach this one at (by default torchrun looks up this machine's name)."""
     args = [f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}"]
     args += [f"--rdzv-id={run_id}", f"--max-restarts={max_restarts}"]
     args += [f"--rdzv-conf={rdzv_conf}"] if rdzv_conf else []
+    args += [f"--local-addr={local_addr}"] if local_addr else []
     return [sys.executable, "-m", "torch.distributed.run", *args, "-m", module, *script_args]
 
 

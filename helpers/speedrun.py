@@ -1,4 +1,4 @@
-"""Lesson 09: a time-to-accuracy speedrun. A ladder of training recipes, each changing one thing, each timed to a
+"""Lesson 11: a time-to-accuracy speedrun. A ladder of training recipes, each changing one thing, each timed to a
 target test accuracy over several seeds and kept only when it is faster beyond the noise.
 
 The measure (``time_to_accuracy``): training time on a synchronised clock, from the first step to the step after
@@ -260,10 +260,10 @@ def precision_mechanism(device: torch.device) -> str:
     dtype = _rung_dtype(device)
     cores = "on tensor cores where the GPU has them; it pays where the kernels take the time"
     if dtype is torch.float16:
-        return f"lesson 08: fp16 matrix products and convolutions, the GradScaler guarding fp16's narrow range, {cores}"
+        return f"lesson 09: fp16 matrix products and convolutions, the GradScaler guarding fp16's narrow range, {cores}"
     if dtype is torch.bfloat16:
-        return f"lesson 08: bf16 matrix products and convolutions, float32's range so no scaler, {cores}"
-    return f"lesson 08: 16-bit matrix products and convolutions, {cores}"
+        return f"lesson 09: bf16 matrix products and convolutions, float32's range so no scaler, {cores}"
+    return f"lesson 09: 16-bit matrix products and convolutions, {cores}"
 
 
 def ladder(device: torch.device, quick: bool, data_first: bool = False) -> list[Rung]:
@@ -278,7 +278,7 @@ def ladder(device: torch.device, quick: bool, data_first: bool = False) -> list[
     network = (
         "network sized for the device",
         {"model": "sized", "epochs": sized_epochs(device, quick)},
-        "lesson 08: arithmetic shaped for the hardware: wide conv-BatchNorm layers where a GPU has arithmetic "
+        "lesson 09: arithmetic shaped for the hardware: wide conv-BatchNorm layers where a GPU has arithmetic "
         "to spare, dense matrix products where a CPU has little",
     )
     data = (
@@ -325,7 +325,7 @@ def skip_reason(recipe: Recipe, device: torch.device, dataset: str | None = None
             "so flips would train on wrong labels"
         )
     if recipe.mixed_precision and device.type != "cuda":
-        return f"mixed precision is tried on CUDA GPUs only; on {device.type} lesson 08 measures autocast instead"
+        return f"mixed precision is tried on CUDA GPUs only; on {device.type} lesson 09 measures autocast instead"
     if recipe.fused and recipe.optimizer != "SGD+OneCycle":
         return (
             f"the fused update is tried with SGD, and the kept recipe trains with {recipe.optimizer.split('+')[0]} "

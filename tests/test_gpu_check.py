@@ -25,7 +25,7 @@ FAKE = [
     ("03_module.ipynb", "other = placement.gpu_or_meta(device)"),
     ("05_mnist.ipynb", "train(model, loader)"),
     ("07_ddp.ipynb", "backend = 'nccl' if devices.cuda_gpu_count() else 'gloo'"),
-    ("09_speedrun.ipynb", "speedrun.run_ladder(data, device)"),
+    ("11_speedrun.ipynb", "speedrun.run_ladder(data, device)"),
 ]
 
 
@@ -38,9 +38,9 @@ def test_every_lesson_runs_on_cuda_first_at_learner_defaults_unless_declared_qui
         env = dict(step.env)
         assert env["COURSE_DEVICE"] is None, "auto, as a learner's notebook has it"
         assert env["COURSE_DATASET"] == "FashionMNIST"
-        if step.notebook.startswith("09"):
+        if step.notebook.startswith("11"):
             assert (step.mode, env["COURSE_QUICK"]) == ("quick", "1")
-            assert step.reason == gpu_check.QUICK_ON_CUDA["09"]
+            assert step.reason == gpu_check.QUICK_ON_CUDA["11"]
         else:
             assert (step.mode, env["COURSE_QUICK"], step.reason) == ("full", None, gpu_check.FULL)
         assert step.folder == "cuda"
@@ -150,7 +150,7 @@ def test_this_machine_without_cuda_is_refused_by_the_command(tmp_path: Path) -> 
 def test_the_plan_is_printed_on_any_machine(capsys) -> None:
     assert gpu_check.main(["--plan"]) == 0
     out = capsys.readouterr().out
-    assert "09_speedrun.ipynb" in out and "speedrun-94" in out and gpu_check.QUICK_ON_CUDA["09"] in out
+    assert "11_speedrun.ipynb" in out and "speedrun-94" in out and gpu_check.QUICK_ON_CUDA["11"] in out
 
 
 def test_a_missing_runner_package_is_named_with_the_fix(monkeypatch, capsys, tmp_path: Path) -> None:

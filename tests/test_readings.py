@@ -1,5 +1,5 @@
-"""The one verdict vocabulary (readings.Verdict) and the one ladder rule (readings.keep_verdict) that lesson 08's
-try_change (through compare), the benchmark's rows and the speedrun's rungs all use."""
+"""The one verdict vocabulary (readings.Verdict) and the one ladder rule (readings.keep_verdict) that the
+try_change of lessons 08 and 09 (through compare), the benchmark's rows and the speedrun's rungs all use."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from exercises.lesson_09 import _SAID, _SPREADS
+from exercises.lesson_11 import _SAID, _SPREADS
 from helpers.readings import (
     KEPT,
     MIN_NOISE,
@@ -53,7 +53,7 @@ def test_the_ladder_rule_on_the_speedruns_cases(before, after, expected):
 
 
 def test_the_ladder_rule_on_lesson_08s_and_the_benchmarks_cases():
-    # lesson 08's try_change: the ranges alone decide, however small the gain
+    # lessons 08 and 09's try_change: the ranges alone decide, however small the gain
     assert keep_verdict([1.02, 1.021], [1.00, 1.001]) is KEPT
     assert compare([1.02, 1.021], [1.00, 1.001]).verdict is KEPT
     # the benchmark's rows: medians closer than MIN_NOISE are no clear difference, whatever the ranges
@@ -66,7 +66,7 @@ def test_the_ladder_rule_on_lesson_08s_and_the_benchmarks_cases():
 
 
 @pytest.mark.parametrize(("before", "after", "expected"), _SPREADS)
-def test_lesson_09s_keep_rule_cases_follow_the_ladder_rule(before, after, expected):
+def test_lesson_11s_keep_rule_cases_follow_the_ladder_rule(before, after, expected):
     assert keep_verdict(before, after) is expected
     assert _SAID[expected] in ("kept", "slower", "no clear difference")
 

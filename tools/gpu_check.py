@@ -64,7 +64,7 @@ SPEEDRUN_DATASET = "FashionMNIST"
 SPEEDRUN_RUNS = 3
 
 QUICK_ON_CUDA = {
-    "09": "the full ladder is what the two speedrun steps run, 3 seeds each; here the lesson's cells run on CUDA in "
+    "11": "the full ladder is what the two speedrun steps run, 3 seeds each; here the lesson's cells run on CUDA in "
     "quick mode",
 }
 """Lessons (by number) that run in quick mode on CUDA too, each with the reason: a full run would not fit the budget."""

@@ -1,5 +1,5 @@
-"""The course's models: a linear classifier, an MLP and the two-convolution CNN of lessons 03-08, and the speedrun's
-(lesson 09) pytorch/examples CNN and wide conv-BatchNorm network."""
+"""The course's models: a linear classifier, an MLP and the two-convolution CNN of lessons 03-10, and the speedrun's
+(lesson 11) pytorch/examples CNN and wide conv-BatchNorm network."""
 
 from __future__ import annotations
 

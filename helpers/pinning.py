@@ -1,4 +1,4 @@
-"""Lessons 04 and 08's pinned-memory experiment: a CPU batch copied to a CUDA GPU three ways, timed in turns, and the
+"""Lesson 04's pinned-memory experiment: a CPU batch copied to a CUDA GPU three ways, timed in turns, and the
 sentences its figures decide."""
 
 from __future__ import annotations

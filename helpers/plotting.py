@@ -146,7 +146,7 @@ def plot_rank_assignment(
     return ax
 
 
-# --- lesson 08 ---
+# --- lessons 08 to 10 ---
 def plot_hbars(
     labels: list[str],
     values: list[float],

@@ -1,4 +1,4 @@
-"""The rules by which lessons 05, 08 and 09 and the benchmarks read their measurements: one verdict on a change
+"""The rules by which lessons 05, 08, 09 and 11 and the benchmarks read their measurements: one verdict on a change
 (``Verdict``, ``keep_verdict``, ``compare``), whether a step is bound by launches or by arithmetic
 (``launch_diagnosis``, ``batch_scaling``), and a profiler summary that reads the same on a CPU and on a GPU
 (``profile_summary``). The clock that takes the measurements is ``helpers.timing``."""

@@ -20,8 +20,8 @@ def bar_labels(ax: plt.Axes) -> list[str]:
 
 
 def test_each_bar_shows_the_speed_up_it_was_measured_with_not_a_ratio_of_two_rows():
-    # Lesson 08's table on a GPU: the row "no loss.item()" ran at 27,809 images/s, 1.02x the 27,141 its reference ran
-    # at in the same turns, though the reference's own row says 34,671 (timed at another moment).
+    # The ladder of lessons 08 and 09 on a GPU: the row "no loss.item()" ran at 27,809 images/s, 1.02x the 27,141 its
+    # reference ran at in the same turns, though the reference's own row says 34,671 (timed at another moment).
     labels = ["baseline", "data resident", "no loss.item()", "batch 512"]
     rates = [7_629.0, 34_671.0, 27_809.0, 213_480.0]
     ax = plotting.plot_speedups(labels, rates, [True, True, False, True], speedups=[1.0, 5.06, 1.02, 7.94])

@@ -225,7 +225,7 @@ class Terminal(io.StringIO):
 
 
 def run_the_ladder_bar(stream: io.StringIO) -> str:
-    """Lesson 09's use of the bar, 18 runs in quick succession, each with a new description; what the stream got."""
+    """Lesson 11's use of the bar, 18 runs in quick succession, each with a new description; what the stream got."""
     bar = training.progress_bar(total=18, unit="run", file=stream)
     for run in range(18):
         bar.set_description(f"rung {run // 2}")

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import platform
 import re
+import shutil
+import subprocess
 import sys
+import textwrap
 from typing import Any
 
 import torch
@@ -18,6 +21,12 @@ TORCH_FLOOR = (2, 8)
 """The lowest PyTorch the course supports (requirements.txt says the same; CI runs the course on it)."""
 TORCHVISION_FLOOR = "0.23"  # the torchvision released with that PyTorch
 PYTHON_FLOOR = (3, 10)
+
+
+MIN_DRIVER = {11: 450, 12: 525, 13: 580}
+"""The oldest NVIDIA driver (its major number) that runs code built for each CUDA major version, from NVIDIA's table
+of minor version compatibility: https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html"""
+WHEELS = "https://download.pytorch.org/whl"
 
 
 class DeviceUnavailableError(RuntimeError):
@@ -258,6 +267,75 @@ def machine_gpus(shows: str, needed: int = 1) -> bool:
     return False
 
 
+def nvidia_driver() -> str | None:
+    """The NVIDIA driver's version ("550.54.15"), from nvidia-smi or, on Linux, /proc/driver/nvidia/version; None
+    where neither finds a driver (no NVIDIA GPU, or no driver installed)."""
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            done = subprocess.run(
+                [smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            done = None
+        if done is not None and done.returncode == 0 and done.stdout.strip():
+            return done.stdout.split()[0]
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as file:
+            found = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)", file.read())
+    except OSError:
+        return None
+    return found.group(1) if found else None
+
+
+def why_no_cuda(
+    cuda_build: str | None, driver: str | None, visible: str | None, torch_version: str = torch.__version__
+) -> str:
+    """Why ``torch.cuda.is_available()`` is False, with the one fix: a CPU-only build of PyTorch, no NVIDIA driver,
+    a driver older than the build's CUDA needs, or ``CUDA_VISIBLE_DEVICES`` hiding every GPU."""
+    if visible is not None and visible.strip() in ("", "-1", "none", "NoDevFiles"):
+        return (
+            f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU from this process. Fix: unset it (or name a GPU), "
+            "then restart the kernel: it is read once, when CUDA starts."
+        )
+    major = int(driver.split(".")[0]) if driver else None
+    if cuda_build is None:
+        if major is None:
+            return (
+                f"PyTorch {torch_version} is a CPU-only build, and no NVIDIA driver was found either: this machine "
+                "has no NVIDIA GPU (on Colab or Kaggle, switch the runtime's accelerator to a GPU)."
+            )
+        wheel = "cu130" if major >= MIN_DRIVER[13] else "cu126"
+        return (
+            f"PyTorch {torch_version} is a CPU-only build, on a machine with NVIDIA driver {driver}. Fix: "
+            f"pip install --force-reinstall torch torchvision --index-url {WHEELS}/{wheel}, then restart the kernel."
+        )
+    if major is None:
+        return (
+            f"This PyTorch is built for CUDA {cuda_build}, but no NVIDIA driver was found: this machine has no NVIDIA "
+            "GPU, or its driver is not installed (on Colab or Kaggle, switch the runtime's accelerator to a GPU)."
+        )
+    needs = MIN_DRIVER.get(int(cuda_build.split(".")[0]))
+    if needs is not None and major < needs:
+        older = max((v for v, d in MIN_DRIVER.items() if d <= major), default=None)
+        build = {12: "cu126", 11: "cu118"}.get(older)
+        instead = (
+            f", or install a build for CUDA {older}: pip install --force-reinstall torch torchvision "
+            f"--index-url {WHEELS}/{build}"
+            if build
+            else ""
+        )
+        return (
+            f"NVIDIA driver {driver} is older than PyTorch's CUDA {cuda_build} needs (driver {needs} or newer). Fix: "
+            f"update the driver{instead}; then restart the kernel."
+        )
+    return (
+        f"This PyTorch is built for CUDA {cuda_build} and NVIDIA driver {driver} is new enough, yet CUDA did not "
+        "start: run nvidia-smi. A driver updated without a reboot (its library and kernel module differ) or a GPU "
+        "in exclusive mode held by another process are the usual causes."
+    )
+
+
 def runtime() -> str:
     """Where this runs: "Colab", "Kaggle" or "local"."""
     if "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ:
@@ -317,6 +395,9 @@ def environment_report() -> dict[str, Any]:
         "runtime": runtime(),
         "auto_device": auto_device,
         "course_device": override if override.lower() not in ("", "auto") else None,
+        "why_no_cuda": None
+        if torch.cuda.is_available()
+        else why_no_cuda(torch.version.cuda, nvidia_driver(), os.environ.get("CUDA_VISIBLE_DEVICES")),
     }
 
 
@@ -354,7 +435,10 @@ def format_report(report: dict[str, Any] | None = None) -> str:
         ("Python", f"{r['python']} on {r['platform']}"),
         ("PyTorch", f"{r['torch']} ({cuda})"),
         ("torchvision", r["torchvision"] or "not installed"),
-        ("CUDA available", "yes" if r["cuda_available"] else "no"),
+        (
+            "CUDA available",
+            "yes" if r["cuda_available"] else f"no: {r['why_no_cuda']}" if r.get("why_no_cuda") else "no",
+        ),
         ("cuDNN", r["cudnn"] if r["cudnn"] is not None else "n/a"),
     ]
     for gpu in r["gpus"]:
@@ -376,6 +460,8 @@ def format_report(report: dict[str, Any] | None = None) -> str:
     ]
     width = max(len(k) for k, _ in lines)
     text = "\n".join(f"{k:<{width}}  {v}" for k, v in lines)
+    if r.get("why_no_cuda"):
+        text += "\n\n" + textwrap.fill(f"Why no CUDA: {r['why_no_cuda']}", 110)
     problems = version_problems(r["torch"], r["python"])
     return text + "".join(f"\n\nWARNING: {p}" for p in problems)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -154,7 +155,8 @@ def test_report_as_data_and_text():
     assert report["cpu_threads"] == torch.get_num_threads()
     text = devices.format_report(report)
     assert f"PyTorch                {torch.__version__}" in text
-    assert text.splitlines()[-1].startswith("pick_device() chooses")
+    table = text.split("\n\n")[0]  # the aligned lines; a note on why there is no CUDA may follow
+    assert table.splitlines()[-1].startswith("pick_device() chooses")
 
 
 def test_report_says_when_course_device_chose_the_device(monkeypatch, no_gpu):
@@ -170,7 +172,7 @@ def test_report_says_when_course_device_chose_the_device(monkeypatch, no_gpu):
     monkeypatch.delenv("COURSE_DEVICE")
     assert devices.environment_report()["course_device"] is None
     monkeypatch.setenv("COURSE_DEVICE", "cuda")  # unusable here: the line says why, and no "(from ...)" is added
-    line = devices.format_report().splitlines()[-1]
+    line = devices.format_report().split("\n\n")[0].splitlines()[-1]
     assert line.startswith("pick_device() chooses  nothing: COURSE_DEVICE='cuda' is set")
     assert not line.endswith("(from COURSE_DEVICE)")
     older = {k: v for k, v in devices.environment_report().items() if k != "course_device"}
@@ -325,3 +327,56 @@ def test_autocast_dtype_asks_the_lessons_cuda_device_for_its_capability(monkeypa
     assert devices.autocast_dtype("cpu") is torch.bfloat16
     assert devices.needs_grad_scaler(torch.bfloat16) is False
     assert devices.needs_grad_scaler(None) is False
+
+
+@pytest.mark.parametrize(
+    ("build", "driver", "visible", "says"),
+    [
+        (None, "550.54.15", None, "is a CPU-only build, on a machine with NVIDIA driver 550.54.15"),
+        (None, "550.54.15", None, "--index-url https://download.pytorch.org/whl/cu126"),
+        (None, "580.65.06", None, "--index-url https://download.pytorch.org/whl/cu130"),
+        (None, None, None, "no NVIDIA driver was found either"),
+        ("13.0", None, None, "built for CUDA 13.0, but no NVIDIA driver was found"),
+        ("13.0", "550.54.15", None, "older than PyTorch's CUDA 13.0 needs (driver 580 or newer)"),
+        ("13.0", "550.54.15", None, "build for CUDA 12: pip install --force-reinstall torch torchvision --index-url"),
+        ("12.8", "470.82.01", None, "older than PyTorch's CUDA 12.8 needs (driver 525 or newer)"),
+        ("12.8", "440.33", None, "update the driver; then restart"),
+        ("12.8", "570.1", "", "CUDA_VISIBLE_DEVICES='' hides every GPU"),
+        ("12.8", "570.1", "-1", "CUDA_VISIBLE_DEVICES='-1' hides every GPU"),
+        ("12.8", "570.1", "0", "new enough, yet CUDA did not start: run nvidia-smi"),
+    ],
+)
+def test_why_no_cuda_names_the_cause_and_the_fix(build, driver, visible, says) -> None:
+    assert says in devices.why_no_cuda(build, driver, visible, torch_version="2.9.0")
+
+
+def test_nvidia_driver_reads_nvidia_smi_then_proc(monkeypatch) -> None:
+    monkeypatch.setattr(devices.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    done = subprocess.CompletedProcess([], 0, "550.54.15\n550.54.15\n", "")
+    monkeypatch.setattr(devices.subprocess, "run", lambda *a, **k: done)
+    assert devices.nvidia_driver() == "550.54.15"  # one line per GPU: the first
+
+    monkeypatch.setattr(devices.shutil, "which", lambda name: None)
+    proc = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
+    real_open = open
+
+    def fake_open(path, *args, **kwargs):
+        if path == "/proc/driver/nvidia/version":
+            return io.StringIO(proc)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    assert devices.nvidia_driver() == "535.104.05"
+    proc = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build\n"
+    assert devices.nvidia_driver() == "580.65.06"
+    monkeypatch.setattr("builtins.open", real_open)
+
+
+def test_the_report_says_why_there_is_no_cuda_only_when_there_is_none() -> None:
+    report = devices.environment_report()
+    if torch.cuda.is_available():
+        assert report["why_no_cuda"] is None and "Why no CUDA" not in devices.format_report(report)
+    else:
+        assert report["why_no_cuda"] and "Why no CUDA: " in devices.format_report(report)
+    report["why_no_cuda"] = "because."
+    assert devices.format_report(report).count("Why no CUDA: because.") == 1

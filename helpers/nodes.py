@@ -11,6 +11,8 @@ torchrun agent on this machine, all pointed at one rendezvous endpoint on a free
 
 from __future__ import annotations
 
+import itertools
+import re
 import shlex
 import socket
 import subprocess
@@ -61,8 +63,33 @@ def agent_command(
 
 
 def agent_line(command: Sequence[str]) -> str:
-    """The command as one types it in a terminal: ``torchrun ...``."""
-    return shlex.join(["torchrun", *command[3:]])
+    """The command as one types it in a terminal: ``torchrun ...``, after the ``NAME=value`` settings of an ``env``
+    prefix (``on_gpus``) where there is one."""
+    command = list(command)
+    settings = []
+    if command and command[0] == "env":
+        settings = list(itertools.takewhile(lambda word: "=" in word, command[1:]))
+        command = command[1 + len(settings) :]
+    return shlex.join([*settings, "torchrun", *command[3:]])
+
+
+def on_gpus(command: Sequence[str], gpus: Sequence[int]) -> list[str]:
+    """``command`` seeing only these GPUs (``CUDA_VISIBLE_DEVICES``): on one machine, each agent rehearsing a node
+    gets GPUs of its own, as each node of a cluster has its own."""
+    return ["env", f"CUDA_VISIBLE_DEVICES={','.join(str(g) for g in gpus)}", *command]
+
+
+ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception|Timeout))(?::|$)")
+
+
+def outcome(result: subprocess.CompletedProcess[str] | subprocess.TimeoutExpired) -> str:
+    """One agent's result in a few words: its exit code and the name of the last error it reported, or that it was
+    still waiting at the deadline (and was stopped)."""
+    if isinstance(result, subprocess.TimeoutExpired):
+        return f"still running after {result.timeout:g} s, then stopped"
+    stderr = result.stderr or ""
+    names = [m.group(1) for m in map(ERROR_LINE.match, stderr.splitlines()) if m]
+    return f"exit code {result.returncode}" + (f", {names[-1]}" if names and result.returncode != 0 else "")
 
 
 def rehearse(
@@ -75,9 +102,18 @@ def rehearse(
     max_restarts: int = 0,
     run_id: str = "course",
     env: dict[str, str] | None = None,
+    endpoint: str = "",
+    rdzv_conf: str = "",
+    gpus_per_node: int = 0,
 ) -> list[subprocess.CompletedProcess[str] | subprocess.TimeoutExpired]:
-    """``nnodes`` agents of ``nproc`` workers each on this machine, meeting at a free local port; each agent's result
-    (a TimeoutExpired with its output so far for one still running after ``timeout`` seconds, then stopped)."""
-    endpoint = f"{HOST}:{free_port()}"
-    command = agent_command(nnodes, nproc, endpoint, run_id, script_args, module=module, max_restarts=max_restarts)
-    return run_together([command] * nnodes, timeout, env)
+    """``nnodes`` agents of ``nproc`` workers each on this machine, meeting at ``endpoint`` (by default a free local
+    port); each agent's result (a TimeoutExpired with its output so far for one still running after ``timeout``
+    seconds, then stopped). With ``gpus_per_node``, agent i sees GPUs i * gpus_per_node onwards and no others."""
+    endpoint = endpoint or f"{HOST}:{free_port()}"
+    command = agent_command(
+        nnodes, nproc, endpoint, run_id, script_args, module=module, max_restarts=max_restarts, rdzv_conf=rdzv_conf
+    )
+    commands = [command] * nnodes
+    if gpus_per_node:
+        commands = [on_gpus(command, range(i * gpus_per_node, (i + 1) * gpus_per_node)) for i in range(nnodes)]
+    return run_together(commands, timeout, env)

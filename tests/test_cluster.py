@@ -1,0 +1,97 @@
+"""The cluster files lesson 12 hands over (cluster/): what can be checked without a cluster. The SLURM script is valid
+bash and, run with stand-ins for scontrol and srun, starts one torchrun per node whose arguments torchrun's own parser
+reads as a c10d rendezvous at the allocation's first node; the TrainJob parses as YAML with the fields of the Kubeflow
+Trainer's v1alpha1 API that it uses. Both run the course's own script with arguments its parser accepts."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from torch.distributed.run import get_args_parser
+
+from helpers import elastic_train
+
+ROOT = Path(__file__).resolve().parents[1]
+SBATCH = ROOT / "cluster" / "slurm" / "train.sbatch"
+TRAINJOB = ROOT / "cluster" / "kubernetes" / "trainjob.yaml"
+
+
+def torchrun_args(words: list[str]):
+    """The words after ``torchrun``, read by torchrun's parser; the script must be the course's, its arguments valid."""
+    args = get_args_parser().parse_args(words)
+    assert args.module and args.training_script == "helpers.elastic_train"
+    elastic_train.parse_args(args.training_script_args)  # exits (a test failure) on an argument the script lacks
+    return args
+
+
+def test_the_batch_script_is_valid_bash() -> None:
+    bash = shutil.which("bash")
+    assert bash, "bash is needed for this check"
+    result = subprocess.run([bash, "-n", str(SBATCH)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_batch_script_asks_slurm_for_one_task_per_node() -> None:
+    directives = [line.split()[1] for line in SBATCH.read_text().splitlines() if line.startswith("#SBATCH")]
+    assert "--ntasks-per-node=1" in directives  # one torchrun per node: it starts the workers itself
+    assert any(d.startswith("--nodes=") for d in directives)
+
+
+def test_the_batch_script_runs_one_torchrun_per_node_meeting_at_the_first_node(tmp_path: Path) -> None:
+    bash = shutil.which("bash")
+    assert bash, "bash is needed for this check"
+    stand_ins = tmp_path / "bin"
+    stand_ins.mkdir()
+    (stand_ins / "scontrol").write_text('#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && printf "gpu-a07\\ngpu-b12\\n"\n')
+    (stand_ins / "srun").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {shlex.quote(str(tmp_path / "srun.txt"))}\n')
+    for tool in stand_ins.iterdir():
+        tool.chmod(0o755)
+    env = {**os.environ, "PATH": f"{stand_ins}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "gpu-a07,gpu-b12"}
+    env.update(SLURM_JOB_ID="4242", SLURM_JOB_NUM_NODES="2")
+    result = subprocess.run([bash, str(SBATCH)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    words = (tmp_path / "srun.txt").read_text().splitlines()
+    assert "--ntasks-per-node=1" in words[: words.index("torchrun")]
+    args = torchrun_args(words[words.index("torchrun") + 1 :])
+    assert (args.nnodes, args.nproc_per_node, args.rdzv_backend) == ("2", "4", "c10d")
+    assert (args.rdzv_endpoint, args.rdzv_id) == ("gpu-a07:29500", "4242")
+    assert not args.standalone
+
+
+def test_the_trainjob_has_the_fields_the_trainer_reads() -> None:
+    job = yaml.safe_load(TRAINJOB.read_text())
+    assert (job["apiVersion"], job["kind"]) == ("trainer.kubeflow.org/v1alpha1", "TrainJob")
+    assert job["metadata"]["name"]
+    assert set(job["spec"]) == {"runtimeRef", "trainer"}
+    assert job["spec"]["runtimeRef"] == {"name": "torch-distributed"}
+    trainer = job["spec"]["trainer"]
+    assert set(trainer) <= {"image", "command", "args", "env", "numNodes", "resourcesPerNode", "numProcPerNode"}
+    assert isinstance(trainer["numNodes"], int) and trainer["numNodes"] >= 2
+    assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] >= 1
+    assert all(set(item) == {"name", "value"} and isinstance(item["value"], str) for item in trainer["env"])
+
+
+def test_the_trainjob_runs_the_course_script_with_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
+    trainer = yaml.safe_load(TRAINJOB.read_text())["spec"]["trainer"]
+    assert trainer["command"] == ["bash", "-c"] and len(trainer["args"]) == 1
+    steps = [shlex.split(step) for step in trainer["args"][0].split("&&")]
+    assert steps[0][:2] == ["pip", "install"]
+    assert steps[-1][:2] == ["exec", "torchrun"]
+    # The runtime passes the node settings as PET_ variables; torchrun's parser reads them as its defaults.
+    pet = {
+        "PET_NNODES": "2",
+        "PET_NPROC_PER_NODE": "4",
+        "PET_NODE_RANK": "1",
+        "PET_MASTER_ADDR": "elastic-train-node-0-0",
+    }
+    for name, value in pet.items():
+        monkeypatch.setenv(name, value)
+    args = torchrun_args(steps[-1][2:])
+    assert (args.nnodes, args.nproc_per_node, args.node_rank) == ("2", "4", 1)
+    assert args.master_addr == pet["PET_MASTER_ADDR"]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from unittest import mock
 
 import torch
 
-from exercises.core import Recorder, exercise
+from exercises.core import Recorder, exercise, learner_code
+from helpers import devices
 
 
 @exercise("08_hidden_sync", "find the hidden synchronisation", function=True)
@@ -34,3 +37,80 @@ def check_hidden_sync(evaluate: Callable | None, device: torch.device) -> str | 
             f"({reads}): keep the running count on the device"
         )
     return None
+
+
+TIMED_WORK, EARLIER_WORK = 0.05, 0.2
+"""Seconds of queued work the timing checker times, and of the work it queues before the call, off CUDA."""
+
+
+class _Queue:
+    """A stand-in for a device's queue, off CUDA: work is queued at once and done when someone synchronises."""
+
+    def __init__(self) -> None:
+        self.pending = 0.0
+
+    def enqueue(self, seconds: float) -> None:
+        self.pending += seconds
+
+    def synchronize(self, device: str | torch.device | None = None) -> None:
+        time.sleep(self.pending)
+        self.pending = 0.0
+
+
+def _reading(got: object, expected: float, earlier: float) -> str | None:
+    """The hint for a timing ``got`` of work that takes ``expected`` seconds, with ``earlier`` seconds queued before."""
+    if isinstance(got, torch.Tensor) or not isinstance(got, (int, float)):
+        return f"it returned {got!r}: return the seconds as a number"
+    if got > 200 * expected:
+        return f"it returned {got:.1f}: elapsed_time is in milliseconds, so divide it by 1000"
+    if got < 0.5 * expected:
+        return (
+            f"it returned {got * 1e3:.1f} ms for work that takes {expected * 1e3:.0f} ms: the clock was read before "
+            "the work ran; wait for the device before stopping the clock"
+        )
+    if got > expected + 0.5 * earlier:
+        return (
+            f"it returned {got * 1e3:.1f} ms for work that takes {expected * 1e3:.0f} ms: it also timed the work "
+            "queued before the call; wait for the device before starting the clock"
+        )
+    return None
+
+
+@exercise("08_time_call", "time a call on the device's clock", function=True)
+def check_time_call(time_call: Callable | None, device: torch.device) -> str | None:
+    """``time_call(fn, device)`` returns the seconds ``fn``'s work takes on ``device``, not counting work queued
+    before the call: with CUDA events on a CUDA GPU, elsewhere between two ``devices.synchronize`` calls."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return _check_on_cuda(time_call, device)
+    queue = _Queue()
+    with mock.patch.object(devices, "synchronize", queue.synchronize):
+        queue.enqueue(EARLIER_WORK)  # other work, queued before the call and not waited for
+        with learner_code("time_call raised "):
+            got = time_call(lambda: queue.enqueue(TIMED_WORK), device)
+        queue.synchronize()
+    return _reading(got, TIMED_WORK, EARLIER_WORK)
+
+
+def _check_on_cuda(time_call: Callable, device: torch.device) -> str | None:
+    """The same on a real CUDA queue: matrix products, timed by the checker with CUDA events first."""
+    with torch.cuda.device(device):
+        A = torch.randn(2048, 2048, device=device)
+
+        def work() -> None:
+            for _ in range(10):
+                A @ A
+
+        work()  # warm-up
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        work()
+        end.record()
+        torch.cuda.synchronize(device)
+        expected = begin.elapsed_time(end) / 1e3
+        for _ in range(30):  # other work, queued before the call and not waited for
+            A @ A
+        with learner_code("time_call raised "):
+            got = time_call(work, device)
+        torch.cuda.synchronize(device)
+    return _reading(got, expected, 3 * expected)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
+import pytest
 import torch
 
 from exercises.checks import CHECKERS
+from helpers import devices
 
-TESTED = {"08_hidden_sync"}
+TESTED = {"08_hidden_sync", "08_time_call"}
 
 
 def test_every_lesson_08_checker_is_tested():
@@ -96,3 +100,80 @@ def test_hidden_sync_rejects_a_wrong_result(capsys):
     assert "the accuracy is" in capsys.readouterr().out
     assert not check(lambda model, batches: torch.tensor(0.5), torch.device("cpu"))
     assert "returned a tensor" in capsys.readouterr().out
+
+
+def time_call_reference(fn, device):  # time_with_clock
+    devices.synchronize(device)
+    start = time.perf_counter()
+    fn()
+    devices.synchronize(device)
+    return time.perf_counter() - start
+
+
+def time_with_events_reference(fn, device):
+    with torch.cuda.device(device):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize(device)
+    return begin.elapsed_time(end) / 1e3
+
+
+def time_call_no_sync(fn, device):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start  # reads the clock while the work is still queued
+
+
+def time_call_sync_after_only(fn, device):
+    start = time.perf_counter()  # the work queued before the call is still running
+    fn()
+    devices.synchronize(device)
+    return time.perf_counter() - start
+
+
+def time_call_in_milliseconds(fn, device):
+    return 1e3 * time_call_reference(fn, device)
+
+
+def time_call_untouched(fn, device):
+    ...  # the cell as handed over
+    return None
+
+
+def test_time_call_reference(capsys):
+    assert CHECKERS["08_time_call"](time_call_reference, torch.device("cpu"))
+    assert capsys.readouterr().out.startswith("[pass]")
+
+
+def test_time_call_waits_for_an_answer_and_rejects_the_untouched_cell(capsys):
+    assert not CHECKERS["08_time_call"](None, torch.device("cpu"))
+    assert capsys.readouterr().out.startswith("[waiting]")
+    assert not CHECKERS["08_time_call"](time_call_untouched, torch.device("cpu"))
+    assert "return the seconds as a number" in capsys.readouterr().out
+
+
+def test_time_call_wrong_answers(capsys):
+    check = CHECKERS["08_time_call"]
+    for wrong, said in (
+        (time_call_no_sync, "before stopping the clock"),
+        (time_call_sync_after_only, "before starting the clock"),
+        (time_call_in_milliseconds, "divide it by 1000"),
+        (lambda fn, device: 1 / 0, "time_call raised ZeroDivisionError"),
+    ):
+        assert not check(wrong, torch.device("cpu"))
+        out = capsys.readouterr().out
+        assert "[not yet]" in out and said in out, out
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: CUDA events time real GPU work")
+def test_time_call_on_cuda(capsys):
+    check, gpu = CHECKERS["08_time_call"], torch.device("cuda")
+    assert check(time_call_reference, gpu) and check(time_with_events_reference, gpu)
+    assert not check(lambda fn, device: 1e3 * time_with_events_reference(fn, device), gpu)
+    assert "divide it by 1000" in capsys.readouterr().out
+    assert not check(time_call_no_sync, gpu)
+    assert "before stopping the clock" in capsys.readouterr().out
+    assert not check(time_call_sync_after_only, gpu)
+    assert "before starting the clock" in capsys.readouterr().out

@@ -435,10 +435,7 @@ def format_report(report: dict[str, Any] | None = None) -> str:
         ("Python", f"{r['python']} on {r['platform']}"),
         ("PyTorch", f"{r['torch']} ({cuda})"),
         ("torchvision", r["torchvision"] or "not installed"),
-        (
-            "CUDA available",
-            "yes" if r["cuda_available"] else f"no: {r['why_no_cuda']}" if r.get("why_no_cuda") else "no",
-        ),
+        ("CUDA available", "yes" if r["cuda_available"] else "no"),
         ("cuDNN", r["cudnn"] if r["cudnn"] is not None else "n/a"),
     ]
     for gpu in r["gpus"]:

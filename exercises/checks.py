@@ -17,3 +17,4 @@ from exercises.lesson_08 import check_hidden_sync, check_time_call
 from exercises.lesson_09 import check_autocast_dtypes, check_channels_last
 from exercises.lesson_10 import check_accumulation
 from exercises.lesson_11 import check_flip_half, check_keep_rule, check_time_it, check_time_to_target
+from exercises.lesson_12 import check_node_line, check_node_rank

@@ -16,7 +16,9 @@ present, even for a gloo group of CPU processes.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -86,6 +88,33 @@ def full_weights(model: nn.Module) -> torch.Tensor:
     )
 
 
+def shard_of(parameter: torch.Tensor) -> dict | None:
+    """How ``parameter`` is stored on this rank: its placement on the mesh, the shape of the part this rank holds and of
+    the whole; None for a plain tensor (DDP: every rank holds all of it)."""
+    if not hasattr(parameter, "placements"):
+        return None
+    return {
+        "type": type(parameter).__name__,
+        "placements": str(tuple(parameter.placements)),
+        "mesh": str(parameter.device_mesh.device_type),
+        "local_shape": list(parameter.to_local().shape),
+        "full_shape": list(parameter.shape),
+    }
+
+
+def speed_verdict(fsdp_seconds: float, ddp_seconds: float, margin: float = 0.1) -> str:
+    """One sentence from two measured times per step on the same model: which wrap was faster, or that they were
+    within ``margin`` (a fraction) of each other."""
+    if fsdp_seconds <= 0 or ddp_seconds <= 0:
+        raise ValueError(f"times per step must be positive, got {fsdp_seconds} and {ddp_seconds}")
+    ratio = fsdp_seconds / ddp_seconds
+    if ratio > 1 + margin:
+        return f"FSDP took {ratio:.1f}x DDP's time per step: sharding cost time here, and DDP's full copy fit too"
+    if ratio < 1 / (1 + margin):
+        return f"FSDP took {ratio:.2f}x DDP's time per step: sharding was faster here, not only smaller"
+    return f"FSDP and DDP took about the same time per step ({ratio:.2f}x): sharding cost no time here"
+
+
 def gradient_rule(ratio: float, world_size: int) -> str:
     """How the ranks' gradients were combined, from the ratio of a sharded step's weight change to one process's on
     the global batch: "averaged" (about 1), "summed" (about the world size), else "other"."""
@@ -94,6 +123,25 @@ def gradient_rule(ratio: float, world_size: int) -> str:
     if world_size > 1 and abs(ratio - world_size) < 0.01 * world_size:
         return "summed"
     return "other"
+
+
+def gradient_sentence(rule: str, ratio: float, world_size: int, torch_version: str) -> str:
+    """What a --check run's gradient rule means for the learner, and what to do about it."""
+    if rule == "averaged":
+        return (
+            f"torch {torch_version} averaged the {world_size} ranks' gradients, as DDP does: the sharded processes "
+            "took one process's step on the global batch, and the loss needs no change."
+        )
+    if rule == "summed":
+        return (
+            f"torch {torch_version} summed the {world_size} ranks' gradients instead of averaging them, so every step "
+            f"was {world_size} times too large (pytorch/pytorch#162338: FSDP2 with gloo in torch 2.8). Divide the loss "
+            "by the world size (the script's --divide-loss), or install a torch that averages."
+        )
+    return (
+        f"the first step changed the weights {ratio:.3f}x as much as one process on the global batch did: neither "
+        "averaged nor summed; compare the data each rank saw and the loss with one process's."
+    )
 
 
 @record
@@ -132,17 +180,21 @@ def train(args, data, device: torch.device) -> dict:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     loss_fn = nn.CrossEntropyLoss()
 
-    step, epoch, ratio = 0, 0, None
+    step, epoch, ratio, seconds = 0, 0, None, []
     before = full_weights(model) if args.check else None  # every rank takes part in the gathering
     while step < args.steps:
         sampler.set_epoch(epoch)  # a new shuffle for each pass over the data
         for X, y in loader:
+            started = time.perf_counter()
             loss = loss_fn(model(X.to(device)), y.to(device))
             if args.divide_loss:
                 loss = loss / world_size
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # the step's kernels finished, not only queued
+            seconds.append(time.perf_counter() - started)  # with --check, without the comparison below
             step += 1
             if args.check:
                 weights = full_weights(model)  # every rank takes part in the gathering
@@ -157,7 +209,9 @@ def train(args, data, device: torch.device) -> dict:
         epoch += 1
 
     held = held_bytes(model, optimizer)
+    timed = seconds[2:] or seconds  # the first steps include one-time set-up
     summary = {"wrap": args.wrap, "world_size": world_size, "held_bytes": held, "steps": step}
+    summary.update(step_seconds=statistics.median(timed), shard=shard_of(next(model.parameters())))
     if device.type == "cuda":
         summary["peak_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
     everyone = [None] * world_size
@@ -165,7 +219,7 @@ def train(args, data, device: torch.device) -> dict:
     if rank == 0:
         for r, found in enumerate(everyone):
             parts = ", ".join(f"{k} {v / 2**20:.2f} MiB" for k, v in found["held_bytes"].items())
-            say(f"[rank {r}] {args.wrap}: holds {parts}")
+            say(f"[rank {r}] {args.wrap}: holds {parts}; median step {found['step_seconds'] * 1e3:.1f} ms")
         if reference is not None:
             report, line = reference.report()
             summary.update(report, gradient_ratio=ratio, gradients=gradient_rule(ratio, world_size))

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from helpers import distributed
-from helpers.fsdp_train import gradient_rule, held_bytes, wide_mlp
+from helpers.fsdp_train import gradient_rule, gradient_sentence, held_bytes, shard_of, speed_verdict, wide_mlp
 
 MODULE = "helpers.fsdp_train"
 
@@ -30,6 +30,36 @@ MODULE = "helpers.fsdp_train"
 )
 def test_gradient_rule_reads_the_ratio(ratio: float, world: int, rule: str) -> None:
     assert gradient_rule(ratio, world) == rule
+
+
+@pytest.mark.parametrize(
+    ("fsdp", "ddp", "starts"),
+    [
+        (0.045, 0.006, "FSDP took 7.5x DDP's time per step: sharding cost time here"),
+        (0.011, 0.010, "FSDP and DDP took about the same time per step (1.10x)"),
+        (0.010, 0.011, "FSDP and DDP took about the same time per step (0.91x)"),
+        (0.005, 0.010, "FSDP took 0.50x DDP's time per step: sharding was faster here"),
+    ],
+)
+def test_speed_verdict_follows_the_numbers(fsdp: float, ddp: float, starts: str) -> None:
+    assert speed_verdict(fsdp, ddp).startswith(starts)
+
+
+def test_gradient_sentence_says_what_to_do() -> None:
+    averaged = gradient_sentence("averaged", 1.0, 2, "2.14.1")
+    assert averaged.startswith("torch 2.14.1 averaged the 2 ranks' gradients") and "no change" in averaged
+    summed = gradient_sentence("summed", 2.0, 2, "2.8.0")
+    assert "summed" in summed and "2 times too large" in summed and "--divide-loss" in summed
+    assert "1.500x" in gradient_sentence("other", 1.5, 2, "2.8.0")
+
+
+def test_speed_verdict_refuses_a_time_that_was_not_measured() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        speed_verdict(0.0, 0.01)
+
+
+def test_shard_of_a_plain_parameter_is_none() -> None:
+    assert shard_of(torch.nn.Linear(3, 2).weight) is None
 
 
 def test_held_bytes_counts_parameters_gradients_and_optimizer_state() -> None:
@@ -57,6 +87,12 @@ def run(wrap: str, out: Path, *extra: str) -> dict:
 def test_sharded_processes_match_one_process_or_say_why_and_the_fix_works(tmp_path: Path) -> None:
     fsdp = run("fsdp", tmp_path / "fsdp")
     ddp = run("ddp", tmp_path / "ddp")
+    for rank, found in enumerate(fsdp["ranks"]):  # the first layer's weight, 64 rows: 32 on each rank
+        shard = found["shard"]
+        assert shard["placements"] == "(Shard(dim=0),)" and shard["mesh"] == "cpu", shard
+        assert shard["local_shape"] == [32, 784] and shard["full_shape"] == [64, 784], (rank, shard)
+        assert found["step_seconds"] > 0
+    assert all(found["shard"] is None for found in ddp["ranks"])
     assert ddp["gradients"] == "averaged" and ddp["reference_max_abs_diff"] < 1e-6
     for kind in ("parameters", "gradients", "optimizer state"):  # half each, give or take the padding of a shard
         for rank in fsdp["ranks"]:

@@ -1,0 +1,125 @@
+"""Lesson 14 checkers: reference solutions pass, wrong answers do not, and every 14_ checker is covered."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+from exercises.checks import CHECKERS
+
+COVERED = {"14_fully_shard", "14_rank_bytes"}
+
+
+def test_every_lesson_14_checker_is_covered() -> None:
+    assert {k for k in CHECKERS if k.startswith("14_")} == COVERED
+
+
+def test_rank_bytes() -> None:
+    check = CHECKERS["14_rank_bytes"]
+    p, n = 1_000_000_000, 8
+    assert check(16 * p, 2 * p, p, n)
+    assert check(16 * p, 16 * p / n, p, n)  # a float from a division is the same number
+    assert not check(None, None, p, n)  # the untouched cell
+    assert not check(4 * p, 4 * p // n, p, n)  # the parameters alone
+    assert not check(8 * p, p, p, n)  # no optimizer state
+    assert not check(12 * p, 12 * p // n, p, n)  # one Adam tensor, not two
+    assert not check(16 * p, 16 * p, p, n)  # FSDP as if it replicated
+    assert not check(16 * p, 4 * p // n + 12 * p, p, n)  # only the parameters sharded
+    assert not check(2 * p, 2 * p, p, n)  # FSDP's figure for DDP's
+    assert not check(16 * p, 2 * p + 1, p, n)
+    assert not check(True, 2 * p, p, n)
+
+
+def _mesh(device) -> object:
+    return init_device_mesh(device.type, (dist.get_world_size(),))
+
+
+def _layers(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model if isinstance(m, nn.Linear)]
+
+
+def reference(model, device):
+    mesh = _mesh(device)
+    for layer in _layers(model):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def untouched(model, device):  # the cell as given
+    mesh = None
+    linears = []
+    for layer in linears:
+        fully_shard(layer, mesh=mesh)
+    return model
+
+
+def no_mesh(model, device):  # the layers filled in, the mesh left at None
+    for layer in _layers(model):
+        fully_shard(layer, mesh=None)
+    fully_shard(model, mesh=None)
+    return model
+
+
+def default_mesh(model, device):
+    for layer in _layers(model):
+        fully_shard(layer)
+    fully_shard(model)
+    return model
+
+
+def root_first(model, device):
+    mesh = _mesh(device)
+    fully_shard(model, mesh=mesh)
+    for layer in _layers(model):
+        fully_shard(layer, mesh=mesh)
+    return model
+
+
+def root_only(model, device):
+    fully_shard(model, mesh=_mesh(device))
+    return model
+
+
+def layers_only(model, device):
+    mesh = _mesh(device)
+    for layer in _layers(model):
+        fully_shard(layer, mesh=mesh)
+    return model
+
+
+def mesh_of_one(model, device):
+    mesh = init_device_mesh(device.type, (1,))
+    for layer in _layers(model):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def returns_nothing(model, device):
+    reference(model, device)
+
+
+def raises(model, device):
+    raise ValueError("not written yet")
+
+
+def test_fully_shard_reference_passes() -> None:
+    assert CHECKERS["14_fully_shard"](reference)
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [untouched, no_mesh, default_mesh, root_first, root_only, layers_only, mesh_of_one, returns_nothing, raises],
+)
+def test_fully_shard_wrong_answers_fail(wrong: Callable) -> None:
+    assert not CHECKERS["14_fully_shard"](wrong)
+
+
+def test_fully_shard_waits_for_a_function() -> None:
+    assert not CHECKERS["14_fully_shard"](None)

@@ -100,11 +100,7 @@ def train(args, data, device: torch.device) -> None:
 
     if (out / CHECKPOINT).exists():
         state = load_checkpoint(out / CHECKPOINT, map_location=device)  # each rank onto its own device
-        model.module.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        schedule.load_state_dict(state["schedule"])
-        step, epoch, position = state["step"], state["epoch"], state["position"]
-        torch.set_rng_state(state["rng"][rank])
+        step, epoch, position = resume(state, model.module, optimizer, schedule, rank)
         say(f"[rank {rank}] attempt {attempt}: resumed at step {step} (epoch {epoch}, batch {position})")
     elif rank == 0:
         say(f"[rank {rank}] attempt {attempt}: no checkpoint in {out}, starting at step 0")
@@ -139,6 +135,16 @@ def train(args, data, device: torch.device) -> None:
     if rank == 0:
         save_checkpoint(model.module.state_dict(), out / FINAL)
         say(f"[rank 0] finished {step} steps in attempt {attempt}; largest difference from rank 0's weights {gap:.1e}")
+
+
+def resume(state: dict, model: nn.Module, optimizer, schedule, rank: int) -> tuple[int, int, int]:
+    """Put a checkpoint's state back into a fresh model, optimizer and schedule, and this rank's random state; the
+    steps done, the epoch under way and the batches of it already used."""
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    schedule.load_state_dict(state["schedule"])
+    torch.set_rng_state(state["rng"][rank])
+    return state["step"], state["epoch"], state["position"]
 
 
 def checkpoint(out: Path, model: DDP, optimizer, schedule, step: int, epoch: int, position: int) -> None:

@@ -25,11 +25,12 @@ SCRIPT = "helpers.elastic_train"
 HOST = "127.0.0.1"
 
 NO_SHARED_STORE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-"""The agents' setting that lets a group restarted after a crash reconnect over gloo on every torch the course
-supports. By default the c10d rendezvous lends its own store to the workers, and the store outlives a restart with
-the previous attempt's gloo addresses in it: on torch 2.14 the restarted workers then try to reach peers that no longer
-exist ("Gloo connectFullMesh failed ... Connection refused"; pytorch/pytorch#167288 reports the same with nccl). With
-this set, rank 0's worker hosts a fresh store on a new port for each attempt."""
+"""The agents' setting that lets a group restarted after a crash reconnect over gloo every time. By default the c10d
+rendezvous lends its own store to the workers, and the store outlives a restart with the previous attempt's gloo
+addresses in it: the restarted workers may then try to reach peers that no longer exist ("Gloo connectFullMesh
+failed ... Connection refused") or wait for them. On this course's two-CPU machine that happened in some runs and not
+others, on torch 2.8 as on 2.14 (pytorch/pytorch#167288 reports the same with nccl). With this set, rank 0's worker
+hosts a fresh store on a new port for each attempt, and every run recovered on both."""
 
 
 def free_port(host: str = HOST) -> int:

@@ -61,7 +61,7 @@ def test_pipeline_sentences_quote_the_table_of_the_same_run(executed_notebook):
     for row, _, body in sentences:
         quoted = re.findall(r"(?:data only|linear model|CNN) ([\d.]+x), ", body)
         assert quoted == table[int(row)], (row, body, table[int(row)])
-    assert re.search(r"^- Section 4's three parts, added \(.+\) and row 1's whole step with the linear", said, re.M)
+    assert re.search(r"^- Section 5's three parts, added \(.+\) and row 1's whole step with the linear", said, re.M)
 
 
 def test_batch_size_sentences_come_from_the_grid_printed_beside_them(executed_notebook):
@@ -78,3 +78,33 @@ def test_batch_size_sentences_come_from_the_grid_printed_beside_them(executed_no
     assert said, out
     assert float(said[1]) * unit[said[2]] == pytest.approx(steps[32], rel=0.01, abs=0.06)
     assert float(said[3]) * unit[said[4]] == pytest.approx(steps[256], rel=0.01, abs=0.06)
+
+
+def _cell_index(nb, cell_id: str) -> int:
+    return next(i for i, c in enumerate(nb.cells) if c.get("id") == cell_id)
+
+
+def test_the_model_is_trained_and_reloaded_before_anything_is_measured(executed_notebook):
+    nb = executed_notebook("05")
+    trained, reloaded = _cell_index(nb, "c30"), _cell_index(nb, "c40")
+    measured = [_cell_index(nb, i) for i in ("c21", "c23", "c26")]  # parts of a step, pipelines, batch sizes
+    assert trained < reloaded < min(measured), (trained, reloaded, measured)
+    assert "test accuracy" in _stdout(nb, "c30")
+
+
+def _stderr(nb, cell_id: str) -> str:
+    cell = next(c for c in nb.cells if c.get("id") == cell_id)
+    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stderr")
+
+
+def test_spawned_workers_fail_on_a_notebook_class_and_work_on_an_imported_one(executed_notebook):
+    nb = executed_notebook("05")
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "class NotebookImages(Dataset)" in c.source)
+    workers = _cell_index(nb, "c23")  # the table whose row 2 starts worker processes
+    assert _cell_index(nb, cell.id) < workers
+    assert re.search(
+        r"^RuntimeError: DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly$", _stderr(nb, cell.id), re.M
+    )
+    assert "a spawned worker made a batch from an imported Dataset class: (128, 1, 28, 28) (128,)" in _stdout(
+        nb, cell.id
+    )

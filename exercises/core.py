@@ -27,6 +27,36 @@ class NotYet(Exception):
     """A wrong answer, raised anywhere inside a checker's body; the message is the hint the learner reads."""
 
 
+def forked_ranks(target: Callable, args: Callable[[int], tuple], world: int, timeout: float, stuck: str) -> list | str:
+    """Run ``target(*args(rank), send)`` in ``world`` forked processes and return what each sent through ``send``, or
+    why there is nothing: the fork is unavailable, a rank ran past ``timeout`` seconds (``stuck`` says what to look
+    for), or a rank ended without sending. Forked, the learner's function (defined in a notebook) is copied rather
+    than pickled by name, which spawn cannot do. No process outlives the call."""
+    import multiprocessing
+
+    from helpers.distributed import wait_for_exit
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return f"this checker forks {world} processes, which this system cannot; run it on Linux"
+    context = multiprocessing.get_context("fork")
+    pipes = [context.Pipe(duplex=False) for _ in range(world)]
+    ranks = [
+        context.Process(target=target, args=(*args(rank), send), daemon=True) for rank, (_, send) in enumerate(pipes)
+    ]
+    for process in ranks:
+        process.start()
+    try:
+        wait_for_exit(ranks, timeout=timeout)
+    except TimeoutError:
+        return f"the ranks had not finished after {timeout:g} s: {stuck}"
+    answers = []
+    for rank, (receive, _) in enumerate(pipes):
+        if not receive.poll():
+            return f"rank {rank} ended without an answer (exit code {ranks[rank].exitcode})"
+        answers.append(receive.recv())
+    return answers
+
+
 def first_line(err: BaseException) -> str:
     """``Type: first line of the message``, for a hint about an error the learner's code raised."""
     return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from exercises.core import exercise, first_line, learner_code
+from exercises.core import exercise, first_line, forked_ranks, learner_code
 
 
 def _sampler_indices(dataset_len: int, world_size: int, rank: int) -> list[int]:
@@ -80,27 +80,21 @@ def _global_mean_rank(fn: Callable, rank: int, store: str, losses: torch.Tensor,
 def check_global_mean(global_mean: Callable[[torch.Tensor], float] | None) -> str | None:
     """``global_mean(losses)``, called on every rank with that rank's per-sample losses, returns the mean over all
     ranks' samples, the same on every rank. Run in two forked CPU processes (gloo) with 3 and 5 losses."""
-    import multiprocessing
     import tempfile
     from pathlib import Path
 
-    from helpers.distributed import wait_for_exit
-
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return "this checker forks two processes, which this system cannot; run it on Linux"
     shares = [torch.tensor([1.0, 2.0, 3.0]), torch.full((5,), 10.0)]  # rank means 2 and 10; all 8 samples: 7
-    context = multiprocessing.get_context("fork")  # the learner's function is copied, not pickled by name
     with tempfile.TemporaryDirectory() as folder:
-        pipes = [context.Pipe(duplex=False) for _ in shares]
-        args = [(global_mean, r, str(Path(folder) / "store"), shares[r], pipes[r][1]) for r in range(len(shares))]
-        ranks = [context.Process(target=_global_mean_rank, args=a, daemon=True) for a in args]
-        for process in ranks:
-            process.start()
-        try:
-            wait_for_exit(ranks, timeout=60)
-        except TimeoutError:
-            return "the ranks did not finish: does every rank call all_reduce the same times?"
-        answers = [receive.recv() if receive.poll() else ("error", "no answer") for receive, _ in pipes]
+        store = str(Path(folder) / "store")
+        answers = forked_ranks(
+            _global_mean_rank,
+            lambda r: (global_mean, r, store, shares[r]),
+            len(shares),
+            timeout=60,
+            stuck="does every rank call all_reduce the same times?",
+        )
+    if isinstance(answers, str):
+        return answers
     for rank, (status, value) in enumerate(answers):
         if status != "ok":
             return f"rank {rank}: {value}"
@@ -222,28 +216,13 @@ def _ddp_rank(worker: Callable, rank: int, folder: str, device: str, dry: bool, 
 
 def _run_ranks(worker: Callable, folder: str, device: str, dry: bool) -> list[dict] | str:
     """Each rank's report (one rank for a dry run), or why there is none; no process outlives the call."""
-    import multiprocessing
-
-    from helpers.distributed import wait_for_exit
-
-    context = multiprocessing.get_context("fork")  # the learner's function is copied, not pickled by name
-    pipes = [context.Pipe(duplex=False) for _ in range(1 if dry else DDP_WORLD)]
-    ranks = [
-        context.Process(target=_ddp_rank, args=(worker, r, folder, device, dry, send), daemon=True)
-        for r, (_, send) in enumerate(pipes)
-    ]
-    for process in ranks:
-        process.start()
-    try:
-        wait_for_exit(ranks, timeout=60)
-    except TimeoutError:
-        return "the ranks had not finished after 60 s: does every rank make the same collective calls?"
-    reports = []
-    for rank, (receive, _) in enumerate(pipes):
-        if not receive.poll():
-            return f"rank {rank} ended without finishing ddp_worker (exit code {ranks[rank].exitcode})"
-        reports.append(receive.recv())
-    return reports
+    return forked_ranks(
+        _ddp_rank,
+        lambda r: (worker, r, folder, device, dry),
+        1 if dry else DDP_WORLD,
+        timeout=60,
+        stuck="does every rank make the same collective calls?",
+    )
 
 
 def _ddp_hint(reports: list[dict], out: str, reference: torch.Tensor) -> str | None:
@@ -324,11 +303,8 @@ def check_ddp_worker(ddp_worker: Callable | None) -> str | None:
     """``ddp_worker(rank, world_size, init_method, model, train_set, device, out)`` trains like one process on the
     global batch: run in two forked CPU processes (gloo) and compared with one process on the same data; then run to
     its init_process_group with a CUDA device, for the backend it picks there."""
-    import multiprocessing
     import tempfile
 
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return "this checker forks two processes, which this system cannot; run it on Linux"
     import torch._dynamo  # noqa: F401  before any process group: DDP imports it (helpers.distributed.leaving_cleanly)
 
     model, X, y = _ddp_problem()

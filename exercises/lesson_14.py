@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from exercises.core import exercise, first_line
+from exercises.core import exercise, first_line, forked_ranks
 
 SHARD_WORLD = 2
 """The fully_shard exercise's ranks: two forked CPU processes in a gloo group."""
@@ -131,34 +131,22 @@ def check_fully_shard(shard: Callable | None) -> str | None:
     """``shard(model, device)``, called on every rank of a process group, applies fully_shard to each nn.Linear of the
     Sequential ``model`` and then to the model itself, all on one named mesh over every rank, and returns the model.
     Run in two forked CPU processes (gloo)."""
-    import multiprocessing
     import tempfile
     from pathlib import Path
 
-    from helpers.distributed import wait_for_exit
-
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return "this checker forks two processes, which this system cannot; run it on Linux"
     import torch._dynamo  # noqa: F401  before any process group (helpers.distributed.leaving_cleanly says why)
 
-    context = multiprocessing.get_context("fork")  # the learner's function is copied, not pickled by name
     with tempfile.TemporaryDirectory() as folder:
-        pipes = [context.Pipe(duplex=False) for _ in range(SHARD_WORLD)]
-        ranks = [
-            context.Process(target=_shard_rank, args=(shard, r, str(Path(folder) / "store"), pipes[r][1]), daemon=True)
-            for r in range(SHARD_WORLD)
-        ]
-        for process in ranks:
-            process.start()
-        try:
-            wait_for_exit(ranks, timeout=90)
-        except TimeoutError:
-            return "the ranks had not finished after 90 s: does every rank call fully_shard on the same modules?"
-        reports = []
-        for rank, (receive, _) in enumerate(pipes):
-            if not receive.poll():
-                return f"rank {rank} ended without an answer (exit code {ranks[rank].exitcode})"
-            reports.append(receive.recv())
+        store = str(Path(folder) / "store")
+        reports = forked_ranks(
+            _shard_rank,
+            lambda r: (shard, r, store),
+            SHARD_WORLD,
+            timeout=90,
+            stuck="does every rank call fully_shard on the same modules?",
+        )
+    if isinstance(reports, str):
+        return reports
     for rank, report in enumerate(reports):
         hint = _shard_hint(report)
         if hint:

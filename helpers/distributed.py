@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from datetime import timedelta
 from typing import IO, Any, NamedTuple
 
 import torch
@@ -31,6 +32,22 @@ def process_device(choice: str) -> torch.device:
             raise RuntimeError(f"Local rank {local_rank} needs its own GPU, but only {gpus} are visible.")
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
+
+
+def join_group(choice: str, timeout: float) -> torch.device:
+    """Join the process group as helpers/ddp_train.py does (and writes out for lesson 07): this process's device
+    (``process_device``), made current on CUDA; nccl there, else gloo; collectives that give up after ``timeout``
+    seconds; a world of one without torchrun. Returns the device."""
+    device = process_device(choice)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(
+        "nccl" if device.type == "cuda" else "gloo",
+        timeout=timedelta(seconds=timeout),
+        device_id=device if device.type == "cuda" else None,
+        **world_of_one(),
+    )
+    return device
 
 
 def world_of_one() -> dict[str, Any]:

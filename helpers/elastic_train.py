@@ -18,7 +18,6 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -68,15 +67,7 @@ def group_attempt(device: torch.device) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     data = load_data(args)[0]
-    device = distributed.process_device(args.device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(
-        "nccl" if device.type == "cuda" else "gloo",
-        timeout=timedelta(seconds=args.timeout),
-        device_id=device if device.type == "cuda" else None,
-        **distributed.world_of_one(),
-    )
+    device = distributed.join_group(args.device, args.timeout)  # nccl on a GPU of its own, else gloo
     with distributed.leaving_cleanly(args.timeout):
         train(args, data, device)
     return 0

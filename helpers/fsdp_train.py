@@ -20,7 +20,6 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -148,15 +147,7 @@ def gradient_sentence(rule: str, ratio: float, world_size: int, torch_version: s
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     data = load_data(args)[0]
-    device = distributed.process_device(args.device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(
-        "nccl" if device.type == "cuda" else "gloo",
-        timeout=timedelta(seconds=args.timeout),
-        device_id=device if device.type == "cuda" else None,
-        **distributed.world_of_one(),
-    )
+    device = distributed.join_group(args.device, args.timeout)  # nccl on a GPU of its own, else gloo
     with distributed.leaving_cleanly(args.timeout):
         train(args, data, device)
     return 0

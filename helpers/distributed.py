@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import IO, Any, NamedTuple
 
@@ -48,6 +48,15 @@ def join_group(choice: str, timeout: float) -> torch.device:
         **world_of_one(),
     )
     return device
+
+
+def train_in_group(args: argparse.Namespace, train: Callable[..., Any], data: Any) -> int:
+    """A training script's process from start to end: the group joined (``join_group`` with ``args.device`` and
+    ``args.timeout``), ``train(args, data, device)``, the group left cleanly; 0 for the exit status."""
+    device = join_group(args.device, args.timeout)
+    with leaving_cleanly(args.timeout):
+        train(args, data, device)
+    return 0
 
 
 def world_of_one() -> dict[str, Any]:

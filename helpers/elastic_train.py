@@ -66,11 +66,7 @@ def group_attempt(device: torch.device) -> int:
 @record
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    data = load_data(args)[0]
-    device = distributed.join_group(args.device, args.timeout)  # nccl on a GPU of its own, else gloo
-    with distributed.leaving_cleanly(args.timeout):
-        train(args, data, device)
-    return 0
+    return distributed.train_in_group(args, train, load_data(args)[0])  # nccl on a GPU of its own, else gloo
 
 
 def train(args, data, device: torch.device) -> None:

@@ -14,7 +14,7 @@ from exercises.lesson_05 import check_best_change, check_count_correct, check_pr
 from exercises.lesson_06 import check_load_plain, check_replica_split, check_unprefixed_state_dict, check_unwrap
 from exercises.lesson_07 import check_ddp_worker, check_global_mean, check_shard, check_steps_per_epoch
 from exercises.lesson_08 import check_hidden_sync, check_time_call
-from exercises.lesson_09 import check_autocast_dtypes, check_channels_last
+from exercises.lesson_09 import check_amp_step, check_autocast_dtypes, check_channels_last
 from exercises.lesson_10 import check_accumulation
 from exercises.lesson_11 import check_flip_half, check_keep_rule, check_time_it, check_time_to_target
 from exercises.lesson_12 import check_node_line, check_node_rank

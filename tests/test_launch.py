@@ -175,7 +175,7 @@ def test_generated_blocks_in_the_docs_are_current(name: str) -> None:
 
 def test_colab_readme_shows_the_bootstrap_and_every_lesson() -> None:
     text = (ROOT / "colab" / "README.md").read_text(encoding="utf-8")
-    assert f"```python\n{launch.bootstrap(URL)}\n```" in text
+    assert f"```ipython3\n{launch.bootstrap(URL)}\n```" in text  # IPython's lexer: the install line is a shell escape
     assert all(launch.badge_line(URL, launch.notebook_path(p, ROOT)).split(") [")[0] in text for p in NOTEBOOKS)
 
 

@@ -287,7 +287,7 @@ def doc_blocks(
     """The generated blocks a markdown file ``doc`` may hold, by marker name."""
     return {
         "map": course_map(url, notebooks, root, doc.parent, ref),
-        "bootstrap": f"```python\n{bootstrap(url, ref, version)}\n```",
+        "bootstrap": f"```ipython3\n{bootstrap(url, ref, version)}\n```",
     }
 
 

@@ -16,7 +16,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
-from typing import IO, Any, NamedTuple
+from typing import IO, Any, NamedTuple, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -57,6 +57,16 @@ def train_in_group(args: argparse.Namespace, train: Callable[..., Any], data: An
     with leaving_cleanly(args.timeout):
         train(args, data, device)
     return 0
+
+
+def end_process(status: int) -> NoReturn:
+    """Exit a finished worker with ``status`` at once, after flushing Python's streams, without the interpreter's
+    teardown. FSDP2's modules keep the process group alive in reference cycles, so gloo's threads can outlive
+    ``destroy_process_group`` into teardown, where now and then one of them aborts the process after the work is done
+    (SIGABRT, exit -6, and torchrun then reports the job as failed). Every file the script wrote is closed by then."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def world_of_one() -> dict[str, Any]:

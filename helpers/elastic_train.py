@@ -146,4 +146,4 @@ def checkpoint(out: Path, model: DDP, optimizer, schedule, step: int, epoch: int
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    distributed.end_process(main())  # no interpreter teardown for gloo's threads to abort in

@@ -218,4 +218,4 @@ def train(args, data, device: torch.device) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    distributed.end_process(main())  # no interpreter teardown for gloo's threads to abort in

@@ -378,8 +378,8 @@ def build_optimizer(recipe: Recipe, model: nn.Module, total_steps: int):
     return opt, torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=total_steps, pct_start=0.25)
 
 
-def _flip_some(X: torch.Tensor) -> torch.Tensor:
-    """Mirror a random half of the batch left-right, on the device."""
+def mirror_half(X: torch.Tensor) -> torch.Tensor:
+    """A random half of the batch (B, C, H, W) mirrored left-right, the choice made on the batch's device."""
     flip = torch.rand(X.shape[0], device=X.device) < 0.5
     return torch.where(flip[:, None, None, None], X.flip(3), X)
 
@@ -396,9 +396,12 @@ def train_step(
     """One training step of ``recipe`` on a batch already on the model's device: the flips, channels_last, autocast to
     ``dtype``, the loss with its label smoothing, then backward and the update, through ``scaler`` where fp16 needs one
     (it skips a step whose gradients overflowed). The timed steps and the warm-up both call it, so the warm-up loads
-    every kernel the timed steps launch."""
+    every kernel the timed steps launch.
+
+    Lesson 11 writes this step out in its own cell and passes it in (``step=``); this is the command line's copy,
+    which tests/test_lesson11.py holds to the lesson's: the same weights after the same steps, for every recipe."""
     if recipe.flips:
-        X = _flip_some(X)
+        X = mirror_half(X)
     if recipe.mixed_precision:
         X = X.contiguous(memory_format=torch.channels_last)
     with _autocast(X.device, dtype):
@@ -439,10 +442,14 @@ def batch_size(recipe: Recipe, train_size: int) -> int:
     return max(1, min(recipe.batch_size, train_size // 8))
 
 
+Step = Callable[..., None]
+"""A training step with ``train_step``'s arguments: (recipe, model, X, y, optimizer, scaler, dtype)."""
+
+
 def training_steps(
-    recipe: Recipe, model: nn.Module, data: Data, device: torch.device, seed: int
+    recipe: Recipe, model: nn.Module, data: Data, device: torch.device, seed: int, step: Step = train_step
 ) -> tuple[Iterator[None], int]:
-    """An iterator that performs one training step per ``next()``, and its total number of steps."""
+    """An iterator that performs one training ``step`` per ``next()``, and its total number of steps."""
     size = batch_size(recipe, len(data.train))
     from torch.utils.data import DataLoader
 
@@ -463,7 +470,7 @@ def training_steps(
         for _ in range(recipe.epochs):
             for X, y in loader:
                 X, y = X.to(device), y.to(device)  # a no-op for device-resident batches
-                train_step(recipe, model, X, y, opt, scaler, dtype)
+                step(recipe, model, X, y, opt, scaler, dtype)
                 schedule_step(schedule, scaler)
                 yield None
 
@@ -493,10 +500,10 @@ def evaluator(recipe: Recipe, model: nn.Module, data: Data, device: torch.device
 
 
 def warmup_call(
-    recipe: Recipe, model: nn.Module, device: torch.device, batch: int, calls: int = 2
+    recipe: Recipe, model: nn.Module, device: torch.device, batch: int, calls: int = 2, step: Step = train_step
 ) -> Callable[[], None]:
-    """First calls of the recipe's training step (``train_step``, with its schedule) on a throwaway copy of the model,
-    so one-off costs are paid and timed apart."""
+    """First calls of the recipe's training ``step`` (with its schedule) on a throwaway copy of the model, so one-off
+    costs are paid and timed apart."""
 
     def warmup() -> None:
         twin = copy.deepcopy(model)
@@ -506,23 +513,31 @@ def warmup_call(
         dtype = autocast_dtype(recipe, device)
         scaler = grad_scaler(dtype, device)
         for _ in range(calls):
-            train_step(recipe, twin, X, y, opt, scaler, dtype)
+            step(recipe, twin, X, y, opt, scaler, dtype)
             schedule_step(schedule, scaler)
 
     return warmup
 
 
 def run_recipe(
-    recipe: Recipe, data: Data, device: torch.device, target: float, seed: int, quick: bool, evals_per_epoch: int = 4
+    recipe: Recipe,
+    data: Data,
+    device: torch.device,
+    target: float,
+    seed: int,
+    quick: bool,
+    evals_per_epoch: int = 4,
+    step: Step = train_step,
 ) -> Attempt:
-    """Train ``recipe`` once from ``seed`` and time it to ``target`` test accuracy (``QUICK_EPOCHS`` x the budget)."""
+    """Train ``recipe`` once from ``seed`` with the training ``step`` and time it to ``target`` test accuracy
+    (``QUICK_EPOCHS`` x the budget in quick mode)."""
     if quick:
         recipe = dataclasses.replace(recipe, epochs=recipe.epochs * QUICK_EPOCHS)
     torch.manual_seed(seed)
     model = build_model(recipe, device, quick)
-    steps, total = training_steps(recipe, model, data, device, seed)
+    steps, total = training_steps(recipe, model, data, device, seed, step)
     eval_every = max(1, math.ceil(total / recipe.epochs / evals_per_epoch))
-    warmup = warmup_call(recipe, model, device, batch_size(recipe, len(data.train)))
+    warmup = warmup_call(recipe, model, device, batch_size(recipe, len(data.train)), step=step)
     return time_to_accuracy(
         steps,
         evaluator(recipe, model, data, device),
@@ -582,11 +597,11 @@ class LoaderShare:
 
 
 def measure_loader_share(
-    data: Data, device: torch.device, quick: bool, repeats: int = 10, seed: int = 0
+    data: Data, device: torch.device, quick: bool, repeats: int = 10, seed: int = 0, step: Step = train_step
 ) -> LoaderShare:
     """Time the baseline recipe's step in two parts on ``device`` (``timing.time_on_device``: medians of ``repeats``
     after a warm-up, as lesson 05 splits a step): its DataLoader making one batch and the copy of it to the device,
-    then one training step of a fresh baseline model on a batch already on the device."""
+    then one training ``step`` of a fresh baseline model on a batch already on the device."""
     from torch.utils.data import DataLoader
 
     recipe = Recipe()
@@ -609,7 +624,7 @@ def measure_loader_share(
     X, y = (t.to(device) for t in next(batches))
 
     model.train()
-    train = time_on_device(lambda: train_step(recipe, model, X, y, opt, None, None), device, repeats=repeats, warmup=2)
+    train = time_on_device(lambda: step(recipe, model, X, y, opt, None, None), device, repeats=repeats, warmup=2)
     return LoaderShare(feed.median, train.median)
 
 
@@ -656,17 +671,17 @@ def run_ladder(
 ) -> list[RungResult]:
     """Run every rung for every seed. A rung changes the last *kept* recipe, and is kept only when it beats it; a rung
     the device or the dataset (``data.name``) cannot use is skipped with the reason. A rung with ``epochs_from_kept``
-    gets the fewest epochs that give it as many steps as the kept rung took in its slowest seed (``epochs_for_steps``).
-    Without ``rungs``, the ladder in its network-first order."""
+    gets the budget ``budget_like`` gives it. Without ``rungs``, the ladder in its network-first order.
+
+    Lesson 11 writes this loop out as ``climb``; this is the command line's copy, which tests/test_lesson11.py holds to
+    the lesson's: the same recipes, verdicts and comparisons on the same measurements."""
     results: list[RungResult] = []
     kept: RungResult | None = None
     dataset = getattr(data, "name", None)
     for rung in rungs if rungs is not None else ladder(device, quick):
         recipe = dataclasses.replace(kept.recipe if kept else Recipe(), **rung.change)
-        if rung.epochs_from_kept and kept is not None and kept.attempts:
-            size = len(data.train)
-            steps = max(a.steps for a in kept.attempts)
-            recipe = dataclasses.replace(recipe, epochs=epochs_for_steps(steps, batch_size(recipe, size), size, quick))
+        if rung.epochs_from_kept and kept is not None:
+            recipe = budget_like(kept, recipe, len(data.train), quick)
         reason = skip_reason(recipe, device, dataset)
         if reason:
             results.append(RungResult(rung, recipe, [], SKIPPED, skipped=reason))
@@ -686,6 +701,16 @@ def run_ladder(
                 kept = result
         results.append(result)
     return results
+
+
+def budget_like(kept: RungResult, recipe: Recipe, train_size: int, quick: bool) -> Recipe:
+    """``recipe`` with the fewest epochs that give it as many steps as ``kept`` took in its slowest seed
+    (``epochs_for_steps``): the one-cycle rung's budget."""
+    if not kept.attempts:
+        return recipe
+    steps = max(a.steps for a in kept.attempts)
+    batch = batch_size(recipe, train_size)
+    return dataclasses.replace(recipe, epochs=epochs_for_steps(steps, batch, train_size, quick))
 
 
 def best(results: Sequence[RungResult]) -> RungResult:

@@ -236,7 +236,7 @@ def test_a_fused_rung_on_a_recipe_without_sgd_is_skipped_with_the_reason():
     assert speedrun.skip_reason(speedrun.Recipe(optimizer="SGD+OneCycle"), cpu) is None
 
 
-def test_the_warm_up_runs_the_recipes_own_step(monkeypatch):
+def test_the_warm_up_runs_the_recipes_own_step():
     """The warm-up must launch what the timed steps launch (flips, label smoothing, the schedule), or their first-call
     costs land inside the record."""
     seen = []
@@ -245,8 +245,7 @@ def test_the_warm_up_runs_the_recipes_own_step(monkeypatch):
         seen.append(recipe)
         opt.step()
 
-    monkeypatch.setattr(speedrun, "train_step", fake_step)
     recipe = speedrun.Recipe(optimizer="SGD+OneCycle", flips=True, label_smoothing=0.1)
     model = models.MLP(8)
-    speedrun.warmup_call(recipe, model, torch.device("cpu"), batch=4, calls=2)()
+    speedrun.warmup_call(recipe, model, torch.device("cpu"), batch=4, calls=2, step=fake_step)()
     assert seen == [recipe, recipe]

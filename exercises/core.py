@@ -10,7 +10,10 @@ says it is waiting.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
+import textwrap
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,28 +30,125 @@ class NotYet(Exception):
     """A wrong answer, raised anywhere inside a checker's body; the message is the hint the learner reads."""
 
 
-def forked_ranks(target: Callable, args: Callable[[int], tuple], world: int, timeout: float, stuck: str) -> list | str:
-    """Run ``target(*args(rank), send)`` in ``world`` forked processes and return what each sent through ``send``, or
-    why there is nothing: the fork is unavailable, a rank ran past ``timeout`` seconds (``stuck`` says what to look
-    for), or a rank ended without sending. Forked, the learner's function (defined in a notebook) is copied rather
-    than pickled by name, which spawn cannot do. No process outlives the call."""
+def fork_keeps_autograd() -> bool:
+    """Whether a process forked now can run autograd. Once autograd has run in this process while a GPU was present,
+    PyTorch has started its device threads, which a fork does not copy, and a forked child's backward() raises
+    "Unable to handle autograd's threading in combination with fork-based multiprocessing". Tried in a forked child:
+    one tiny backward."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    child = context.Process(target=_tiny_backward, daemon=True)
+    child.start()
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
+        child.join()
+    return child.exitcode == 0
+
+
+def _tiny_backward() -> None:
+    torch.ones(1, requires_grad=True).sum().backward()
+
+
+class NotebookFunction:
+    """A function defined in a notebook, carried to a spawned process as its source: a spawned process imports what
+    it runs by name, and a notebook's functions have no module to import. The modules, values and other notebook
+    functions its code names go with it; it is rebuilt on its first call."""
+
+    def __init__(self, fn: Callable) -> None:
+        self.name = fn.__name__
+        try:
+            self.source = textwrap.dedent(inspect.getsource(fn))
+        except (OSError, TypeError) as err:
+            raise NotYet(f"{self.name} has no source to send to another process ({err}); define it with def") from err
+        if fn.__name__ == "<lambda>":
+            raise NotYet("a lambda cannot be sent to another process by its source; define the function with def")
+        self.modules: dict[str, str] = {}
+        self.values: dict[str, Any] = {}
+        self.functions: dict[str, NotebookFunction] = {}
+        for name in _names_used(fn.__code__):
+            if name == self.name or name not in fn.__globals__:
+                continue  # itself, or a builtin
+            value = fn.__globals__[name]
+            if isinstance(value, types.ModuleType):
+                self.modules[name] = value.__name__
+            elif inspect.isfunction(value) and value.__module__ == "__main__":
+                self.functions[name] = NotebookFunction(value)
+            else:
+                self.values[name] = value
+        self._built: Callable | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_built": None}
+
+    def build(self) -> Callable:
+        namespace: dict[str, Any] = {"__name__": "__notebook__"}
+        namespace.update({name: importlib.import_module(module) for name, module in self.modules.items()})
+        namespace.update(self.values)
+        namespace.update({name: function.build() for name, function in self.functions.items()})
+        exec(compile(self.source, f"<notebook cell defining {self.name}>", "exec"), namespace)
+        return namespace[self.name]
+
+    def __call__(self, *args, **kwargs):
+        if self._built is None:
+            self._built = self.build()
+        return self._built(*args, **kwargs)
+
+
+def _names_used(code: types.CodeType) -> set[str]:
+    """The global names ``code`` and the functions, lambdas and comprehensions inside it refer to."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names_used(const)
+    return names
+
+
+def multiprocessing_context(method: str):
+    """``multiprocessing.get_context(method)``: one place the tests can watch which start method a check used."""
+    import multiprocessing
+
+    return multiprocessing.get_context(method)
+
+
+def _portable(value: Any) -> Any:
+    return NotebookFunction(value) if inspect.isfunction(value) and value.__module__ == "__main__" else value
+
+
+def ranks_in_processes(
+    target: Callable, args: Callable[[int], tuple], world: int, timeout: float, stuck: str, backward: bool = False
+) -> list | str:
+    """Run ``target(*args(rank), send)`` in ``world`` processes and return what each sent through ``send``, or why
+    there is nothing: a rank ran past ``timeout`` seconds (``stuck`` says what to look for), or a rank ended without
+    sending. No process outlives the call.
+
+    The processes are forked where a fork can: the learner's function (defined in a notebook) is then copied as it
+    is. Where it cannot (no fork on this system, or ranks that call ``backward`` after autograd has already run here
+    with a GPU present: ``fork_keeps_autograd``), they are spawned, and a function defined in the notebook travels as
+    its source (``NotebookFunction``)."""
     import multiprocessing
 
     from helpers.distributed import wait_for_exit
 
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return f"this checker forks {world} processes, which this system cannot; run it on Linux"
-    context = multiprocessing.get_context("fork")
+    forked = "fork" in multiprocessing.get_all_start_methods() and (not backward or fork_keeps_autograd())
+    context = multiprocessing_context("fork" if forked else "spawn")
     pipes = [context.Pipe(duplex=False) for _ in range(world)]
-    ranks = [
-        context.Process(target=target, args=(*args(rank), send), daemon=True) for rank, (_, send) in enumerate(pipes)
-    ]
-    for process in ranks:
-        process.start()
+    ranks = []
+    for rank, (_, send) in enumerate(pipes):
+        arguments = args(rank) if forked else tuple(_portable(value) for value in args(rank))
+        ranks.append(context.Process(target=target, args=(*arguments, send), daemon=True))
     try:
+        for process in ranks:
+            process.start()
         wait_for_exit(ranks, timeout=timeout)
     except TimeoutError:
         return f"the ranks had not finished after {timeout:g} s: {stuck}"
+    finally:
+        for process in ranks:
+            if process.is_alive():
+                process.kill()
+                process.join()
     answers = []
     for rank, (receive, _) in enumerate(pipes):
         if not receive.poll():

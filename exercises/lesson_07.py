@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from exercises.core import exercise, first_line, forked_ranks, learner_code
+from exercises.core import exercise, first_line, learner_code, ranks_in_processes
 
 
 def _sampler_indices(dataset_len: int, world_size: int, rank: int) -> list[int]:
@@ -86,7 +86,7 @@ def check_global_mean(global_mean: Callable[[torch.Tensor], float] | None) -> st
     shares = [torch.tensor([1.0, 2.0, 3.0]), torch.full((5,), 10.0)]  # rank means 2 and 10; all 8 samples: 7
     with tempfile.TemporaryDirectory() as folder:
         store = str(Path(folder) / "store")
-        answers = forked_ranks(
+        answers = ranks_in_processes(
             _global_mean_rank,
             lambda r: (global_mean, r, store, shares[r]),
             len(shares),
@@ -216,12 +216,13 @@ def _ddp_rank(worker: Callable, rank: int, folder: str, device: str, dry: bool, 
 
 def _run_ranks(worker: Callable, folder: str, device: str, dry: bool) -> list[dict] | str:
     """Each rank's report (one rank for a dry run), or why there is none; no process outlives the call."""
-    return forked_ranks(
+    return ranks_in_processes(
         _ddp_rank,
         lambda r: (worker, r, folder, device, dry),
         1 if dry else DDP_WORLD,
         timeout=60,
         stuck="does every rank make the same collective calls?",
+        backward=True,
     )
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from exercises.core import exercise, first_line, forked_ranks
+from exercises.core import exercise, first_line, ranks_in_processes
 
 SHARD_WORLD = 2
 """The fully_shard exercise's ranks: two forked CPU processes in a gloo group."""
@@ -138,7 +138,7 @@ def check_fully_shard(shard: Callable | None) -> str | None:
 
     with tempfile.TemporaryDirectory() as folder:
         store = str(Path(folder) / "store")
-        reports = forked_ranks(
+        reports = ranks_in_processes(
             _shard_rank,
             lambda r: (shard, r, store),
             SHARD_WORLD,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import linecache
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +16,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from exercises import core
 from exercises.checks import CHECKERS
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "07_distributed_data_parallel.ipynb"
@@ -118,21 +121,31 @@ def _ddp_worker(rank, world_size, init_method, model, train_set, device, out, ep
 
 
 def _from_notebook(marker: str) -> Callable:
-    """The lesson's ``ddp_worker`` from its code cell that holds ``marker``: the exercise cell as handed out (its DDP
-    lines still to write) or the reference solution."""
+    """The lesson's ``ddp_worker`` from its code cell that holds ``marker`` (the exercise cell as handed out, its DDP
+    lines still to write, or the reference solution), defined as Jupyter defines it: in ``__main__``, its source in
+    ``linecache`` under the cell's file name."""
     nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
     sources = ["".join(cell["source"]) for cell in nb["cells"] if cell["cell_type"] == "code"]
     cell = next(source for source in sources if "def ddp_worker" in source and marker in source)
-    names = {"torch": torch, "nn": nn, "dist": dist, "DDP": DDP}
+    source = cell.split("checks.check_ddp_worker")[0]
+    filename = f"/tmp/ipykernel_test/{abs(hash(marker))}.py"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    names = {"__name__": "__main__", "torch": torch, "nn": nn, "dist": dist, "DDP": DDP}
     namespace = {**names, "DataLoader": DataLoader, "Dataset": Dataset, "DistributedSampler": DistributedSampler}
-    exec(cell.split("checks.check_ddp_worker")[0], namespace)
+    exec(compile(source, filename, "exec"), namespace)
     return namespace["ddp_worker"]
 
 
 def _with(**mistakes):
-    return lambda *args: _ddp_worker(*args, **mistakes)
+    """The reference with ``mistakes``; a partial of a module's function, which a spawned rank can import."""
+    return functools.partial(_ddp_worker, **mistakes)
 
 
+def _divides_by_zero(*args):
+    return 1 / 0
+
+
+@pytest.mark.slow  # forks or spawns two training processes, twice
 def test_ddp_worker_reference_passes(capsys: pytest.CaptureFixture[str]) -> None:
     assert CHECKERS["07_ddp_worker"](_ddp_worker)
     assert CHECKERS["07_ddp_worker"](_from_notebook("dist.destroy_process_group()"))  # the lesson's solution cell
@@ -156,13 +169,42 @@ def test_ddp_worker_reference_passes(capsys: pytest.CaptureFixture[str]) -> None
         (_with(prefix=True), "the saved keys start with 'module.'"),
         (_with(no_destroy=True), "end with dist.destroy_process_group()"),
         (_with(shuffle=False), "the weights differ from one process trained on the same global batches"),
-        (lambda *args: 1 / 0, "rank 0 raised ZeroDivisionError: division by zero before joining"),
+        (_divides_by_zero, "rank 0 raised ZeroDivisionError: division by zero before joining"),
     ],
 )
+@pytest.mark.slow  # forks or spawns two training processes
 def test_ddp_worker_mistakes(answer, hint: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert not CHECKERS["07_ddp_worker"](answer)
     out = capsys.readouterr().out
     assert "[not yet]" in out and hint in out, out
+
+
+@pytest.mark.parametrize(
+    ("answer", "hint"),
+    [
+        (_from_notebook("dist.destroy_process_group()"), None),
+        (_from_notebook("# DDP: join"), "never joined a process group"),
+        (_with(no_set_epoch=True), "set_epoch(epoch) is never called"),
+    ],
+    ids=["solution cell", "exercise cell", "a mistake"],
+)
+@pytest.mark.slow  # spawns two training processes, each importing torch
+def test_ddp_worker_where_a_fork_cannot_run_autograd_spawns_its_ranks(answer, hint, monkeypatch, capsys) -> None:
+    """On a GPU machine, autograd run in the notebook before the check leaves forked processes unable to run it; the
+    ranks are then spawned, a notebook's function sent as its source."""
+    monkeypatch.setattr(core, "fork_keeps_autograd", lambda: False)
+    spawned = []
+    real = core.multiprocessing_context
+
+    def context(method):
+        spawned.append(method)
+        return real(method)
+
+    monkeypatch.setattr(core, "multiprocessing_context", context)
+    assert CHECKERS["07_ddp_worker"](answer) is (hint is None)
+    out = capsys.readouterr().out
+    assert ("[pass]" in out) if hint is None else ("[not yet]" in out and hint in out), out
+    assert spawned and set(spawned) == {"spawn"}
 
 
 def test_ddp_worker_none_is_waiting() -> None:

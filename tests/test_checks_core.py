@@ -2,6 +2,8 @@
 and the printed verdict; and the lessons' way in, ``checks.check_xxx``."""
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +120,21 @@ def test_every_checker_a_notebook_calls_exists():
         called |= set(re.findall(r"checks\.(check_\w+)\(", notebook.read_text(encoding="utf-8")))
     assert len(called) == len(core.CHECKERS)  # each checker is called by a lesson
     assert {name for name in called if not callable(getattr(checks, name, None))} == set()
+
+
+@pytest.mark.slow  # a child process imports torch
+def test_a_fork_after_autograd_with_a_gpu_present_is_found_unable_to_run_autograd():
+    """Fake CUDA tensors register a CUDA device, as a GPU does: a backward afterwards starts autograd's device threads,
+    which no forked child has. The probe says so; before that, a fork can run autograd."""
+    code = (
+        "import torch\n"
+        "from exercises.core import fork_keeps_autograd\n"
+        "from helpers import placement\n"
+        "print(fork_keeps_autograd())\n"
+        "with placement.cuda_or_fake('cpu') as gpu:\n"
+        "    torch.ones(1, device=gpu)\n"
+        "torch.ones(1, requires_grad=True).sum().backward()\n"
+        "print(fork_keeps_autograd())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.stdout.split() == ["True", "False"], out.stderr

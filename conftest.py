@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +27,16 @@ import pytest
 ROOT = Path(__file__).resolve().parent
 EXECUTED = "executed_notebook"
 """The fixture that hands a test an executed lesson; the tests that request it run after the nbval cells."""
+READER = re.compile(r"tests/test_lesson(\d\d)\w*\.py::.*|tests/\w+\.py::\w+\[(\d\d)\]")
+"""The node id of a test that reads an executed lesson names the lesson: in its file's name (tests/test_lesson05.py)
+or as its parameter (tests/test_notebooks.py::test_executes_in_quick_mode[05])."""
+
+
+def lesson_read_by(nodeid: str) -> str | None:
+    """The number of the lesson the test ``nodeid`` reads, as ``READER`` finds it; None for any other test."""
+    match = READER.fullmatch(nodeid)
+    return (match[1] or match[2]) if match else None
+
 
 _saved_env: dict[str, str | None] = {}
 _nbval_outputs: dict[Path, dict[int, list | None]] = {}
@@ -72,7 +83,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     unmarked = [item.nodeid for item in readers if item.get_closest_marker("slow") is None]
     if unmarked:
         raise pytest.UsageError(f"these tests execute a lesson but are not marked slow: {', '.join(unmarked)}")
+    unnamed = [item.nodeid for item in readers if lesson_read_by(item.nodeid) is None]
+    if unnamed:
+        raise pytest.UsageError(
+            "these tests read an executed lesson but name none (tests/test_lessonNN*.py, or a parameter [NN]): "
+            + ", ".join(unnamed)
+        )
     items[:] = [item for item in items if EXECUTED not in getattr(item, "fixturenames", ())] + readers
+
+
+def scope_of(nodeid: str) -> str:
+    """The share of the run one pytest-xdist worker takes whole: a lesson's cells together with the tests that read it
+    (``lesson_read_by``), so nbval executes the lesson once, in order, before them; else the test's file, so a
+    module's fixtures are made once."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith("notebooks/") and path.endswith(".ipynb"):
+        return f"lesson {path.removeprefix('notebooks/')[:2]}"
+    lesson = lesson_read_by(nodeid)
+    return f"lesson {lesson}" if lesson else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """With ``-n N``, share the run out by ``scope_of``: nbval's cells must run in order in one kernel, and the
+    ``executed_notebook`` readers must run after them in the same worker."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LessonScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return LessonScheduling(config, log)
 
 
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> None:

@@ -72,7 +72,8 @@ def borrowed_packages(target: Path) -> Path:
 
 
 def run_in(python: Path, code: str, cwd: Path) -> str:
-    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=cwd, timeout=120)
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}  # a new environment's own path
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=cwd, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 

@@ -164,8 +164,8 @@ class _Item:
 
 
 def test_nbval_cells_are_marked_slow_and_lesson_readers_move_after_them() -> None:
-    reader = _Item("tests/test_a.py::test_reads", ("tmp_path", "executed_notebook"), slow=True)
-    unit = _Item("tests/test_a.py::test_unit", ("tmp_path",))
+    reader = _Item("tests/test_lesson00.py::test_reads", ("tmp_path", "executed_notebook"), slow=True)
+    unit = _Item("tests/test_lesson00.py::test_unit", ("tmp_path",))
     cell = _Item("notebooks/00_a.ipynb::Cell 0")
     items = [reader, unit, cell]
     _fresh_conftest().pytest_collection_modifyitems(None, items)
@@ -177,3 +177,24 @@ def test_a_test_that_reads_a_lesson_must_be_marked_slow() -> None:
     items = [_Item("tests/test_a.py::test_reads", ("executed_notebook",)), _Item("tests/test_a.py::test_unit")]
     with pytest.raises(pytest.UsageError, match=r"not marked slow: tests/test_a.py::test_reads$"):
         _fresh_conftest().pytest_collection_modifyitems(None, items)
+
+
+def test_a_test_that_reads_a_lesson_must_name_it() -> None:
+    items = [_Item("tests/test_a.py::test_reads", ("executed_notebook",), slow=True)]
+    with pytest.raises(pytest.UsageError, match=r"name none .*: tests/test_a.py::test_reads$"):
+        _fresh_conftest().pytest_collection_modifyitems(None, items)
+
+
+@pytest.mark.parametrize(
+    ("nodeid", "scope"),
+    [
+        ("notebooks/05_mnist_on_gpu.ipynb::Cell 3", "lesson 05"),
+        ("tests/test_lesson05.py::test_pipeline_sentences", "lesson 05"),
+        ("tests/test_lesson02_errors.py::test_shown[err-a]", "lesson 02"),
+        ("tests/test_notebooks.py::test_executes_in_quick_mode[11]", "lesson 11"),
+        ("tests/test_ddp.py::test_two_processes", "tests/test_ddp.py"),
+        ("tests/test_notebooks.py::test_lessons_are_numbered_from_00_without_gaps", "tests/test_notebooks.py"),
+    ],
+)
+def test_a_worker_takes_a_lesson_with_its_readers_and_other_tests_by_file(nodeid: str, scope: str) -> None:
+    assert _fresh_conftest().scope_of(nodeid) == scope

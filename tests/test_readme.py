@@ -91,6 +91,9 @@ def test_every_command_parses(readme: str, command: str, monkeypatch: pytest.Mon
             if before in ("-m", "-k"):  # a marker or keyword expression, not a path
                 assert a == "not slow", f"{command}: only the fast loop's -m 'not slow' is documented"
                 continue
+            if before == "-n":  # pytest-xdist's number of workers
+                assert a.isdigit(), f"{command}: -n takes a number of workers"
+                continue
             assert a.startswith("-") or (ROOT / a).exists(), f"{command}: {a} does not exist"
     elif program.startswith("python") and args[0] == "-m" and args[1].startswith(("helpers.", "tools.")):
         _parse_helpers_command(args[1], args[2:], monkeypatch)

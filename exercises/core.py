@@ -58,16 +58,17 @@ class NotebookFunction:
 
     def __init__(self, fn: Callable) -> None:
         self.name = fn.__name__
+        if self.name == "<lambda>":
+            raise NotYet("a lambda cannot be sent to another process by its source; define the function with def")
         try:
             self.source = textwrap.dedent(inspect.getsource(fn))
         except (OSError, TypeError) as err:
             raise NotYet(f"{self.name} has no source to send to another process ({err}); define it with def") from err
-        if fn.__name__ == "<lambda>":
-            raise NotYet("a lambda cannot be sent to another process by its source; define the function with def")
         self.modules: dict[str, str] = {}
         self.values: dict[str, Any] = {}
         self.functions: dict[str, NotebookFunction] = {}
-        for name in _names_used(fn.__code__):
+        code = compile(self.source, "<notebook cell>", "exec", dont_inherit=True)  # as Jupyter compiles a cell
+        for name in _names_used(code):  # the def's annotations and defaults too
             if name == self.name or name not in fn.__globals__:
                 continue  # itself, or a builtin
             value = fn.__globals__[name]
@@ -87,7 +88,7 @@ class NotebookFunction:
         namespace.update({name: importlib.import_module(module) for name, module in self.modules.items()})
         namespace.update(self.values)
         namespace.update({name: function.build() for name, function in self.functions.items()})
-        exec(compile(self.source, f"<notebook cell defining {self.name}>", "exec"), namespace)
+        exec(compile(self.source, f"<notebook cell defining {self.name}>", "exec", dont_inherit=True), namespace)
         return namespace[self.name]
 
     def __call__(self, *args, **kwargs):

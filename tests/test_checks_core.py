@@ -138,3 +138,42 @@ def test_a_fork_after_autograd_with_a_gpu_present_is_found_unable_to_run_autogra
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.stdout.split() == ["True", "False"], out.stderr
+
+
+def _defined_in_a_notebook(source: str, name: str, **names):
+    """``name`` from ``source`` run as Jupyter runs a cell: in ``__main__``, its source in ``linecache``."""
+    import linecache
+
+    filename = f"/tmp/ipykernel_test/{name}.py"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    namespace = {"__name__": "__main__", **names}
+    exec(compile(source, filename, "exec", dont_inherit=True), namespace)  # without this file's __future__ import
+    return namespace[name]
+
+
+def test_a_notebook_function_travels_as_source_with_the_names_it_uses():
+    import math
+    import pickle
+
+    from torch.utils.data import Dataset
+
+    helper = _defined_in_a_notebook("def halve(x):\n    return x / 2\n", "halve")
+    fn = _defined_in_a_notebook(
+        "def answer(data: Dataset, scale=math.pi) -> float:\n    return halve(len(data) * scale)\n",
+        "answer",
+        math=math,
+        Dataset=Dataset,  # named only in an annotation: the rebuilt def still needs it
+        halve=helper,
+    )
+    carried = pickle.loads(pickle.dumps(core.NotebookFunction(fn)))
+    assert (
+        carried.modules == {"math": "math"}
+        and set(carried.values) == {"Dataset"}
+        and set(carried.functions) == {"halve"}
+    )
+    assert carried([1, 2]) == fn([1, 2]) == math.pi
+
+
+def test_a_lambda_cannot_travel_as_source_and_the_hint_says_use_def():
+    with pytest.raises(core.NotYet, match="define the function with def"):
+        core.NotebookFunction(_defined_in_a_notebook("f = lambda x: x\n", "f"))

@@ -17,7 +17,8 @@ import shlex
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 
 from helpers.distributed import run_together
 
@@ -31,6 +32,24 @@ addresses in it: the restarted workers may then try to reach peers that no longe
 failed ... Connection refused") or wait for them. On this course's two-CPU machine that happened in some runs and not
 others, on torch 2.8 as on 2.14 (pytorch/pytorch#167288 reports the same with nccl). With this set, rank 0's worker
 hosts a fresh store on a new port for each attempt, and every run recovered on both."""
+
+
+def looked_up(lookup: Callable[[], str], timeout: float = 10.0) -> str:
+    """What ``lookup()`` (a name lookup such as ``socket.getfqdn``) returns, or why there is nothing: the error it
+    raised, or that the resolver gave no answer within ``timeout`` seconds (a lookup that never returns would otherwise
+    hold the cell; it is left to finish in a daemon thread)."""
+    answer: list[str] = []
+
+    def run() -> None:
+        try:
+            answer.append(lookup())
+        except OSError as err:
+            answer.append(f"no answer ({err})")
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return answer[0] if answer else f"no answer within {timeout:g} s"
 
 
 def free_port(host: str = HOST) -> int:

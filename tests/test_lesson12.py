@@ -53,3 +53,19 @@ def test_outcome_names_the_last_error_of_a_failed_agent() -> None:
     assert nodes.outcome(subprocess.CompletedProcess([], 0, "", "UserWarning: x\n")) == "exit code 0"
     assert nodes.outcome(subprocess.CompletedProcess([], 2, "", "")) == "exit code 2"
     assert nodes.outcome(subprocess.TimeoutExpired([], 15)) == "still running after 15 s, then stopped"
+
+
+def test_a_name_lookup_is_bounded_and_its_error_is_said():
+    import threading
+
+    from helpers import nodes
+
+    never = threading.Event()
+    assert nodes.looked_up(lambda: never.wait(30) and "late", timeout=0.1) == "no answer within 0.1 s"
+    never.set()
+
+    def fails() -> str:
+        raise OSError("[Errno -2] Name or service not known")
+
+    assert nodes.looked_up(fails) == "no answer ([Errno -2] Name or service not known)"
+    assert nodes.looked_up(lambda: "10.0.0.1") == "10.0.0.1"

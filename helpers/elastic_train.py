@@ -130,7 +130,7 @@ def resume(state: dict, model: nn.Module, optimizer, schedule, rank: int) -> tup
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     schedule.load_state_dict(state["schedule"])
-    torch.set_rng_state(state["rng"][rank])
+    torch.set_rng_state(state["rng"][rank].cpu())  # map_location moved it to the device; this generator takes a CPU one
     return state["step"], state["epoch"], state["position"]
 
 

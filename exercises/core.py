@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from helpers.distributed import fork_keeps_autograd
+
 CHECKERS: dict[str, Callable[..., bool]] = {}
 """Every checker by exercise id ("NN_name"); the tests run each against a reference solution and wrong answers."""
 
@@ -28,27 +30,6 @@ WAITING = "replace the None placeholders with your answer and run the cell again
 
 class NotYet(Exception):
     """A wrong answer, raised anywhere inside a checker's body; the message is the hint the learner reads."""
-
-
-def fork_keeps_autograd() -> bool:
-    """Whether a process forked now can run autograd. Once autograd has run in this process while a GPU was present,
-    PyTorch has started its device threads, which a fork does not copy, and a forked child's backward() raises
-    "Unable to handle autograd's threading in combination with fork-based multiprocessing". Tried in a forked child:
-    one tiny backward."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("fork")
-    child = context.Process(target=_tiny_backward, daemon=True)
-    child.start()
-    child.join(timeout=60)
-    if child.is_alive():
-        child.kill()
-        child.join()
-    return child.exitcode == 0
-
-
-def _tiny_backward() -> None:
-    torch.ones(1, requires_grad=True).sum().backward()
 
 
 class NotebookFunction:

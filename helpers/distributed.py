@@ -161,6 +161,25 @@ def wait_for_exit(processes: Sequence[Any], timeout: float) -> None:
         running = [p for p in running if p.exitcode is None]
 
 
+def fork_keeps_autograd() -> bool:
+    """Whether a process forked now can run autograd. Once autograd has run in this process while a GPU was present,
+    PyTorch has started its device threads, which a fork does not copy, and a forked child's backward() raises
+    "Unable to handle autograd's threading in combination with fork-based multiprocessing". Tried in a forked child:
+    one tiny backward, so that any other reason a forked child's autograd fails here is found too."""
+    context = multiprocessing.get_context("fork")
+    child = context.Process(target=_tiny_backward, daemon=True)
+    child.start()
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
+        child.join()
+    return child.exitcode == 0
+
+
+def _tiny_backward() -> None:
+    torch.ones(1, requires_grad=True).sum().backward()
+
+
 SCRIPT = "helpers.ddp_train"
 STOP_GRACE = 40.0  # seconds torchrun gets to stop its workers after SIGTERM (it gives them 30 s) before it is killed
 CPU_PROCESSES = 2  # gloo processes in a plan without GPUs: the fewest that have something to synchronise

@@ -2,7 +2,6 @@
 and the printed verdict; and the lessons' way in, ``checks.check_xxx``."""
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -120,44 +119,6 @@ def test_every_checker_a_notebook_calls_exists():
         called |= set(re.findall(r"checks\.(check_\w+)\(", notebook.read_text(encoding="utf-8")))
     assert len(called) == len(core.CHECKERS)  # each checker is called by a lesson
     assert {name for name in called if not callable(getattr(checks, name, None))} == set()
-
-
-def test_the_probe_says_a_fork_cannot_run_autograd_when_its_child_fails(monkeypatch):
-    def backward_fails() -> None:
-        raise RuntimeError("Unable to handle autograd's threading in combination with fork-based multiprocessing.")
-
-    assert core.fork_keeps_autograd()
-    monkeypatch.setattr(core, "_tiny_backward", backward_fails)  # what a forked child runs: it inherits the patch
-    assert not core.fork_keeps_autograd()
-
-
-@pytest.mark.slow  # a child process imports torch
-def test_the_probe_predicts_a_forked_training_step_before_and_after_autograd_with_a_gpu_device_registered():
-    """Fake CUDA tensors register a CUDA device as a GPU does; on torch 2.14 a backward afterwards starts autograd's
-    device threads, which no forked child has (on 2.8 the stand-in registers none, and forks keep working). Either
-    way the probe must say what a forked training step then meets."""
-    code = (
-        "import multiprocessing, torch\n"
-        "from exercises.core import fork_keeps_autograd\n"
-        "from helpers import placement\n"
-        "def step():\n"
-        "    model = torch.nn.Linear(4, 2)\n"
-        "    torch.nn.functional.cross_entropy(model(torch.randn(8, 4)), torch.zeros(8, dtype=torch.long)).backward()\n"
-        "def forked_step_works():\n"
-        "    child = multiprocessing.get_context('fork').Process(target=step)\n"
-        "    child.start()\n"
-        "    child.join(60)\n"
-        "    return child.exitcode == 0\n"
-        "print(fork_keeps_autograd(), forked_step_works())\n"
-        "with placement.cuda_or_fake('cpu') as gpu:\n"
-        "    torch.ones(1, device=gpu)\n"
-        "torch.ones(1, requires_grad=True).sum().backward()\n"
-        "print(fork_keeps_autograd(), forked_step_works())\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    lines = out.stdout.split("\n")
-    assert lines[0] == "True True", out.stderr
-    assert lines[1] in ("True True", "False False"), out.stderr
 
 
 def _defined_in_a_notebook(source: str, name: str, **names):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from helpers.models import build_model
 
 QUICK = ["--device", "cpu", "--epochs", "1", "--synthetic-size", "64", "--batch-size", "16"]
 """A launch that does every collective the real run does (DDP's broadcast, all-reduces, barrier) in little time."""
+ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_TEST_S = 20.0
 """Long enough for torchrun to start two tiny workers on a busy machine, short enough to keep the test quick."""
 
@@ -189,3 +191,58 @@ def test_a_lost_peer_is_told_apart_from_a_rank_of_its_own_failing() -> None:
     gone = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:544] Connection closed by peer [::1]:1")
     assert distributed.lost_a_peer(gone)
     assert not distributed.lost_a_peer(RuntimeError("rank 1 fails on purpose (--fail-rank 1)"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fork", [True, False], ids=["forked", "spawned"])
+def test_unused_parameters_fail_on_two_ranks_and_the_options_fix_them(fork: bool, monkeypatch) -> None:
+    """Lesson 07's demonstration, forked as on a CPU, and spawned as where forked autograd fails (after a backward
+    with a GPU present): both ranks raise DDP's unfinished-reduction error, and each option lets them finish."""
+    monkeypatch.setattr(ddp_check, "fork_keeps_autograd", lambda: fork)
+    started = []
+    real = ddp_check.mp.get_context
+    monkeypatch.setattr(ddp_check.mp, "get_context", lambda method: started.append(method) or real(method))
+    failed = ddp_check.on_two_ranks()
+    assert started == ["fork" if fork else "spawn"]
+    assert len(failed) == 2
+    assert "Expected to have finished reduction in the prior iteration" in str(failed[0])
+    assert ddp_check.on_two_ranks(static_graph=True) == []
+    assert ddp_check.on_two_ranks(find_unused_parameters=True) == []
+
+
+def test_the_probe_says_a_fork_cannot_run_autograd_when_its_child_fails(monkeypatch):
+    def backward_fails() -> None:
+        raise RuntimeError("Unable to handle autograd's threading in combination with fork-based multiprocessing.")
+
+    assert distributed.fork_keeps_autograd()
+    monkeypatch.setattr(distributed, "_tiny_backward", backward_fails)  # a forked child inherits the patch
+    assert not distributed.fork_keeps_autograd()
+
+
+@pytest.mark.slow  # a child process imports torch
+def test_the_probe_predicts_a_forked_training_step_before_and_after_autograd_with_a_gpu_device_registered():
+    """Fake CUDA tensors register a CUDA device as a GPU does; on torch 2.14 a backward afterwards starts autograd's
+    device threads, which no forked child has (on 2.8 the stand-in registers none, and forks keep working). Either
+    way the probe must say what a forked training step then meets."""
+    code = (
+        "import multiprocessing, torch\n"
+        "from helpers.distributed import fork_keeps_autograd\n"
+        "from helpers import placement\n"
+        "def step():\n"
+        "    model = torch.nn.Linear(4, 2)\n"
+        "    torch.nn.functional.cross_entropy(model(torch.randn(8, 4)), torch.zeros(8, dtype=torch.long)).backward()\n"
+        "def forked_step_works():\n"
+        "    child = multiprocessing.get_context('fork').Process(target=step)\n"
+        "    child.start()\n"
+        "    child.join(60)\n"
+        "    return child.exitcode == 0\n"
+        "print(fork_keeps_autograd(), forked_step_works())\n"
+        "with placement.cuda_or_fake('cpu') as gpu:\n"
+        "    torch.ones(1, device=gpu)\n"
+        "torch.ones(1, requires_grad=True).sum().backward()\n"
+        "print(fork_keeps_autograd(), forked_step_works())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    lines = out.stdout.split("\n")
+    assert lines[0] == "True True", out.stderr
+    assert lines[1] in ("True True", "False False"), out.stderr

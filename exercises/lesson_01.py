@@ -14,21 +14,21 @@ from helpers.placement import same_device
 def check_moved_copy(
     moved: torch.Tensor | None, values: list | None, data: torch.Tensor, device: torch.device
 ) -> str | None:
-    """``data`` on ``device`` as float64, and its values back as a Python list. Only the results are checked, not
-    how many calls made them, and the exercise asks for no more."""
+    """``data`` on ``device`` as float16 (every device has it; an Apple GPU has no float64), and its values back as a
+    Python list. Only the results are checked, not how many calls made them, and the exercise asks for no more."""
     if not isinstance(moved, torch.Tensor):
         return f"moved should be a tensor, got {type(moved).__name__}"
     if not same_device(moved.device, device):
         return f"moved lives on {moved.device}, not on {device}: did you reassign the result?"
-    if moved.dtype != torch.float64:
-        return f"moved has dtype {moved.dtype}; pass torch.float64 too: x.to(device, dtype)"
+    if moved.dtype != torch.float16:
+        return f"moved has dtype {moved.dtype}; pass torch.float16 too: x.to(device, dtype)"
     if tuple(moved.shape) != tuple(data.shape):
         return f"moved has shape {tuple(moved.shape)}, data has {tuple(data.shape)}"
     if not isinstance(values, list):
         return f"values should be a Python list (.tolist()), got {type(values).__name__}"
-    if values != data.double().tolist():
+    if values != data.half().tolist():
         return "values differ from data; read them back from moved with .tolist()"
-    if moved.device.type != "meta" and not torch.equal(moved.cpu(), data.double()):
+    if moved.device.type != "meta" and not torch.equal(moved.cpu(), data.half()):
         return "moved holds other numbers than data"
     return None
 

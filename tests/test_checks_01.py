@@ -15,15 +15,15 @@ def test_every_lesson_01_checker_is_tested():
 def test_move_with_dtype():
     check = CHECKERS["01_move_with_dtype"]
     data = torch.tensor([1, 2, 3, 4])
-    moved = data.to(DEVICE, torch.float64)
+    moved = data.to(DEVICE, torch.float16)
     assert check(moved, moved.tolist(), data, DEVICE) is True
     assert check(None, None, data, DEVICE) is False  # unanswered
     assert check(data.to(DEVICE), data.tolist(), data, DEVICE) is False  # dtype not changed
     assert check(moved, moved, data, DEVICE) is False  # a tensor, not a list
     assert check(moved, [1.0, 2.0, 3.0, 5.0], data, DEVICE) is False  # wrong values
     assert check(moved, moved.tolist(), data, torch.device("meta")) is False  # not on the requested device
-    on_meta = data.to("meta", torch.float64)
-    assert check(on_meta, data.double().tolist(), data, torch.device("meta")) is True
+    on_meta = data.to("meta", torch.float16)
+    assert check(on_meta, data.half().tolist(), data, torch.device("meta")) is True
 
 
 def test_copy_bandwidth():
@@ -85,7 +85,7 @@ def test_the_move_exercise_asks_only_what_the_checker_can_see():
     assert "single" not in task and "in one call" not in task  # the checker cannot tell one .to() from two
     assert "not at the calls that\nmade them" in task
     data = torch.tensor([1, 2, 3, 4])
-    moved = data.to(torch.float64).to(DEVICE)  # two calls: also passes, and the exercise no longer asks for one
+    moved = data.to(torch.float16).to(DEVICE)  # two calls: also passes, and the exercise no longer asks for one
     assert CHECKERS["01_move_with_dtype"](moved, moved.tolist(), data, DEVICE) is True
 
 

@@ -259,3 +259,58 @@ def test_a_speedrun_step_gives_its_records_summary_or_its_last_line(tmp_path: Pa
     assert (failed.status, failed.error) == ("FAILED", "exit status 1: no data here")
     slow = gpu_check._run_speedrun(step("import time; time.sleep(30)"), tmp_path, 0.5, lambda: None)
     assert slow.status == "timed out after 0.5 s" and slow.seconds < 10
+
+
+def test_a_share_of_the_plan_keeps_its_parts_and_lessons_in_plan_order() -> None:
+    steps = gpu_check.plan(FAKE, OUT)
+    cuda_early = gpu_check.share(steps, ("cuda",), gpu_check.lesson_numbers("00-03"))
+    assert [(s.notebook, s.device) for s in cuda_early] == [(n, "cuda") for n, _ in FAKE[:4]]
+    cpu_later = gpu_check.share(steps, ("cpu",), gpu_check.lesson_numbers("05,07-11"))
+    assert [(s.notebook, s.device) for s in cpu_later] == [("07_ddp.ipynb", "cpu")]  # 05 and 11 have no GPU section
+    assert [s.title for s in gpu_check.share(steps, ("speedrun",), {"00"})] == ["speedrun-88", "speedrun-94"]
+    assert gpu_check.share(steps) == steps
+    assert {gpu_check.part_of(s) for s in steps} == set(gpu_check.PARTS)
+
+
+def test_lesson_numbers_take_numbers_and_ranges_and_name_the_fix() -> None:
+    assert gpu_check.lesson_numbers("05") == {"05"}
+    assert gpu_check.lesson_numbers("00-02, 12-13") == {"00", "01", "02", "12", "13"}
+    for wrong in ("", "5-", "a", "07-03", "1-2-3"):
+        with pytest.raises(ValueError, match="give e.g. 05, 00-07 or 05,12-14"):
+            gpu_check.lesson_numbers(wrong)
+
+
+def test_the_plan_of_a_share_is_printed_and_a_lesson_that_is_not_there_refused(capsys) -> None:
+    assert gpu_check.main(["--plan", "--part", "cuda", "--lessons", "12-14"]) == 0
+    out = capsys.readouterr().out
+    assert "12_" in out and "14_" in out and "00_" not in out and "speedrun" not in out and " cpu " not in out
+    assert gpu_check.main(["--plan", "--lessons", "15-16"]) == 2
+    assert "no lesson numbered 15, 16" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--plan", "--lessons", "x"])
+    assert "give e.g. 05, 00-07" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # a child Python imports the helpers
+def test_the_command_loads_without_the_notebook_packages(tmp_path: Path) -> None:
+    """On a bare GPU machine nbformat and papermill are missing: --plan still works, so does the refusal naming them."""
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text(
+        "import sys\n"
+        "class Missing:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('nbformat', 'papermill', 'ipykernel', 'nbclient'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}')\n"
+        "sys.meta_path.insert(0, Missing())\n"
+    )
+    env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.gpu_check", "--plan", "--part", "speedrun"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "speedrun-88" in done.stdout

@@ -1,9 +1,11 @@
 """The GPU check: every lesson on a CUDA GPU at the learner's defaults, the lessons with GPU sections again with
 ``COURSE_DEVICE=cpu`` on the same machine, and the speedrun ladder on Fashion-MNIST to its target and to its stretch
-target, 3 seeds each; everything into one folder with a one-page SUMMARY.md. It is planned to fit in 9 minutes on one
-H100, since GPUs are lent rarely and briefly (maintainer tooling: run it from the clone's root).
+target, 3 seeds each; everything into one folder with a one-page SUMMARY.md (maintainer tooling: run it from the
+clone's root). GPUs are lent rarely and briefly, and the whole plan takes longer than one short loan: ``--part`` and
+``--lessons`` run a share of it, each share into its own folder, within ``--budget`` seconds.
 
     python -m tools.gpu_check [--output build/gpu-check] [--dataset NAME] [--budget SECONDS]
+    python -m tools.gpu_check --part cuda --lessons 00-07 --output build/gpu-check-a   # a share of the plan
     python -m tools.gpu_check --plan              # print what it would run, on any machine
     python -m tools.gpu_check --download-wheels DIR   # with internet: the packages a bare GPU machine lacks
     python -m tools.course gpu-check ...          # the same command
@@ -46,7 +48,6 @@ from tools.execute import (
     run_notebook,
     stop_child_processes,
 )
-from tools.lesson_time import record_from
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -66,6 +67,7 @@ SPEEDRUN_RUNS = 3
 QUICK_ON_CUDA = {
     "11": "the full ladder is what the two speedrun steps run, 3 seeds each; here the lesson's cells run on CUDA in "
     "quick mode",
+    "13": "its training processes run on the CPU with gloo on every machine; quick mode checks the rest in less time",
 }
 """Lessons (by number) that run in quick mode on CUDA too, each with the reason: a full run would not fit the budget."""
 FULL = "learner defaults"
@@ -75,6 +77,9 @@ GPU_CODE = re.compile(
     r"\b(gpu_section|machine_gpus|gpu_ids|cuda_gpu_count|enough_gpus|cuda_or_fake|gpu_or_meta)\(|\btorch\.cuda\b|\bnccl\b"
 )
 """Code that marks a lesson as having GPU sections: the helpers' GPU gates, ``torch.cuda``, or nccl."""
+
+PARTS = ("cuda", "cpu", "speedrun")
+"""The plan's three passes, in order: the lessons on CUDA, the lessons with GPU sections on the CPU, the speedrun."""
 
 NEEDED = ("nbformat", "papermill", "ipykernel")
 """What executes the lessons, each in a Jupyter kernel of this Python."""
@@ -165,6 +170,31 @@ def plan(
         reason = f"{SPEEDRUN_DATASET} to {target:.0%}, {SPEEDRUN_RUNS} seeds per rung"
         steps.append(Step(label, "cuda", "full", reason, SPEEDRUN_TIMEOUT, command=command))
     return steps
+
+
+def part_of(step: Step) -> str:
+    """Which of ``PARTS`` a step belongs to."""
+    return step.device if step.notebook else "speedrun"
+
+
+def share(steps: Sequence[Step], parts: Sequence[str] = PARTS, lessons: set[str] | None = None) -> list[Step]:
+    """The steps of ``parts`` only, and of the lessons numbered in ``lessons`` only (None: every lesson)."""
+    return [
+        s for s in steps if part_of(s) in parts and (lessons is None or not s.notebook or s.notebook[:2] in lessons)
+    ]
+
+
+def lesson_numbers(text: str) -> set[str]:
+    """``--lessons``: two-digit lesson numbers and ranges, separated by commas ("00-07", "05,12-14")."""
+    numbers: set[str] = set()
+    for piece in text.split(","):
+        first, dash, last = piece.strip().partition("-")
+        if not (first.isdigit() and (last or not dash) and (last or first).isdigit()) or int(first) > int(
+            last or first
+        ):
+            raise ValueError(f"{piece.strip()!r} is not a lesson number or range: give e.g. 05, 00-07 or 05,12-14")
+        numbers |= {f"{n:02d}" for n in range(int(first), int(last or first) + 1)}
+    return numbers
 
 
 def read_lessons(folder: Path) -> list[tuple[str, str]]:
@@ -360,8 +390,16 @@ def check(args: argparse.Namespace) -> int:
     folder = Path(args.notebooks)
     if not folder.is_dir():
         return _refuse(f"The notebooks folder {folder} does not exist: run from the clone's root, or pass --notebooks.")
+    lessons = read_lessons(folder)
+    unknown = sorted((args.lessons or set()) - {name[:2] for name, _ in lessons})
+    if unknown:
+        return _refuse(
+            f"--lessons names no lesson numbered {', '.join(unknown)} in {folder}: give numbers of lessons there."
+        )
+    parts = PARTS if args.part == "all" else (args.part,)
     if args.plan:
-        print(format_plan(plan(read_lessons(folder), Path(args.output), args.dataset, "python", speedrun_targets())))
+        steps = plan(lessons, Path(args.output), args.dataset, "python", speedrun_targets())
+        print(format_plan(share(steps, parts, args.lessons)))
         return 0
     probe = cuda_probe()
     line = refusal(probe)
@@ -389,7 +427,7 @@ def check(args: argparse.Namespace) -> int:
                 + (", or pass --dataset FashionMNIST." if name == "MNIST" else ".")
             )
     output = Path(args.output)
-    steps = plan(read_lessons(folder), output.resolve(), dataset, sys.executable, speedrun_targets())
+    steps = share(plan(lessons, output.resolve(), dataset, sys.executable, speedrun_targets()), parts, args.lessons)
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     start = time.perf_counter()
     outcomes = []
@@ -419,6 +457,8 @@ def check(args: argparse.Namespace) -> int:
                     (output / f"table-{device}.txt").write_text(format_table(results) + "\n", encoding="utf-8")
                 passed = [step.notebook for step, r in outcomes if step.device == "cuda" and r.status == "passed"]
                 if passed:  # per-cell seconds for the lessons' computed Time lines (tools/lesson_time.py)
+                    from tools.lesson_time import record_from  # nbformat: after the check that it is installed
+
                     note = (
                         f"papermill's per-cell seconds of lessons run top to bottom on CUDA at the learner's defaults "
                         f"(quick mode where marked), dataset {dataset or 'each notebook default'}, torch "
@@ -461,6 +501,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=arguments.seconds,
         default=BUDGET,
         help=f"seconds for the whole check (default {BUDGET:g}); a step past it is not run",
+    )
+    parser.add_argument(
+        "--part",
+        choices=("all", *PARTS),
+        default="all",
+        help="run one pass of the plan: the lessons on CUDA, the lessons again on the CPU, or the speedrun "
+        "(default all)",
+    )
+    parser.add_argument(
+        "--lessons",
+        type=arguments.argtype(lesson_numbers),
+        help="run only these lessons in the lesson passes: numbers and ranges such as 00-07 or 05,12-14",
     )
     parser.add_argument("--notebooks", default=str(NOTEBOOKS), help="folder holding the lesson notebooks")
     parser.add_argument("--plan", action="store_true", help="print the steps, their modes and why, and stop")

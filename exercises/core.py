@@ -20,8 +20,6 @@ from typing import Any
 
 import torch
 
-from helpers.distributed import fork_keeps_autograd
-
 CHECKERS: dict[str, Callable[..., bool]] = {}
 """Every checker by exercise id ("NN_name"); the tests run each against a reference solution and wrong answers."""
 
@@ -111,9 +109,9 @@ def ranks_in_processes(
     its source (``NotebookFunction``)."""
     import multiprocessing
 
-    from helpers.distributed import wait_for_exit
+    from helpers import distributed  # torch.distributed, imported by the checks that start ranks only
 
-    forked = "fork" in multiprocessing.get_all_start_methods() and (not backward or fork_keeps_autograd())
+    forked = "fork" in multiprocessing.get_all_start_methods() and (not backward or distributed.fork_keeps_autograd())
     context = multiprocessing_context("fork" if forked else "spawn")
     pipes = [context.Pipe(duplex=False) for _ in range(world)]
     ranks = []
@@ -123,7 +121,7 @@ def ranks_in_processes(
     try:
         for process in ranks:
             process.start()
-        wait_for_exit(ranks, timeout=timeout)
+        distributed.wait_for_exit(ranks, timeout=timeout)
     except TimeoutError:
         return f"the ranks had not finished after {timeout:g} s: {stuck}"
     finally:

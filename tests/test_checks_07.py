@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from exercises import core
 from exercises.checks import CHECKERS
+from helpers import distributed
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "07_distributed_data_parallel.ipynb"
 COVERED = {"07_steps_per_epoch", "07_shard", "07_global_mean", "07_ddp_worker"}
@@ -192,7 +193,7 @@ def test_ddp_worker_mistakes(answer, hint: str, capsys: pytest.CaptureFixture[st
 def test_ddp_worker_where_a_fork_cannot_run_autograd_spawns_its_ranks(answer, hint, monkeypatch, capsys) -> None:
     """On a GPU machine, autograd run in the notebook before the check leaves forked processes unable to run it; the
     ranks are then spawned, a notebook's function sent as its source."""
-    monkeypatch.setattr(core, "fork_keeps_autograd", lambda: False)
+    monkeypatch.setattr(distributed, "fork_keeps_autograd", lambda: False)
     spawned = []
     real = core.multiprocessing_context
 

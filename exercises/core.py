@@ -107,12 +107,12 @@ def ranks_in_processes(
     is. Where it cannot (no fork on this system, or ranks that call ``backward`` after autograd has already run here
     with a GPU present: ``fork_keeps_autograd``), they are spawned, and a function defined in the notebook travels as
     its source (``NotebookFunction``)."""
-    import multiprocessing
 
     from helpers import distributed  # torch.distributed, imported by the checks that start ranks only
 
-    forked = "fork" in multiprocessing.get_all_start_methods() and (not backward or distributed.fork_keeps_autograd())
-    context = multiprocessing_context("fork" if forked else "spawn")
+    method = distributed.start_method(backward)
+    forked = method == "fork"
+    context = multiprocessing_context(method)
     pipes = [context.Pipe(duplex=False) for _ in range(world)]
     ranks = []
     for rank, (_, send) in enumerate(pipes):

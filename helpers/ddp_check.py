@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler, TensorDataset
 
-from helpers.distributed import fork_keeps_autograd, wait_for_exit
+from helpers.distributed import start_method, wait_for_exit
 
 TOLERANCE = 1e-6
 STEPS = 50
@@ -122,7 +122,7 @@ def three_steps(rank: int, store: str, errors: Any, ddp_options: dict) -> None:
 def on_two_ranks(**ddp_options: Any) -> list[RuntimeError]:
     """Run three_steps in two processes; the errors they raised, rank 0's first. The processes are forked where a
     forked process can still run autograd, else spawned (they then import this module, as torchrun's processes do)."""
-    context = mp.get_context("fork" if fork_keeps_autograd() else "spawn")
+    context = mp.get_context(start_method(backward=True))
     errors = context.SimpleQueue()
     with tempfile.TemporaryDirectory() as folder:
         ranks = [context.Process(target=three_steps, args=(r, f"{folder}/store", errors, ddp_options)) for r in (0, 1)]

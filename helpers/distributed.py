@@ -180,6 +180,14 @@ def _tiny_backward() -> None:
     torch.ones(1, requires_grad=True).sum().backward()
 
 
+def start_method(backward: bool) -> str:
+    """How to start processes that run a function of this one: "fork" (they get a copy of this process, a notebook's
+    functions included) where this system forks and, for processes that call backward, where ``fork_keeps_autograd``;
+    else "spawn" (they import what they run)."""
+    forks = "fork" in multiprocessing.get_all_start_methods()
+    return "fork" if forks and (not backward or fork_keeps_autograd()) else "spawn"
+
+
 SCRIPT = "helpers.ddp_train"
 STOP_GRACE = 40.0  # seconds torchrun gets to stop its workers after SIGTERM (it gives them 30 s) before it is killed
 CPU_PROCESSES = 2  # gloo processes in a plan without GPUs: the fewest that have something to synchronise

@@ -198,7 +198,7 @@ def test_a_lost_peer_is_told_apart_from_a_rank_of_its_own_failing() -> None:
 def test_unused_parameters_fail_on_two_ranks_and_the_options_fix_them(fork: bool, monkeypatch) -> None:
     """Lesson 07's demonstration, forked as on a CPU, and spawned as where forked autograd fails (after a backward
     with a GPU present): both ranks raise DDP's unfinished-reduction error, and each option lets them finish."""
-    monkeypatch.setattr(ddp_check, "fork_keeps_autograd", lambda: fork)
+    monkeypatch.setattr(distributed, "fork_keeps_autograd", lambda: fork)
     started = []
     real = ddp_check.mp.get_context
     monkeypatch.setattr(ddp_check.mp, "get_context", lambda method: started.append(method) or real(method))
@@ -211,11 +211,18 @@ def test_unused_parameters_fail_on_two_ranks_and_the_options_fix_them(fork: bool
 
 
 def test_the_probe_says_a_fork_cannot_run_autograd_when_its_child_fails(monkeypatch):
+    """The probe's verdict is its forked child's: the child's own backward depends on what this process ran before
+    (a fake-CUDA backward in another test makes it fail), so the child's work is replaced here."""
+
+    def backward_works() -> None:
+        pass
+
     def backward_fails() -> None:
         raise RuntimeError("Unable to handle autograd's threading in combination with fork-based multiprocessing.")
 
+    monkeypatch.setattr(distributed, "_tiny_backward", backward_works)  # a forked child inherits the patch
     assert distributed.fork_keeps_autograd()
-    monkeypatch.setattr(distributed, "_tiny_backward", backward_fails)  # a forked child inherits the patch
+    monkeypatch.setattr(distributed, "_tiny_backward", backward_fails)
     assert not distributed.fork_keeps_autograd()
 
 

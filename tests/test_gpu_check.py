@@ -5,6 +5,7 @@ every executed notebook, the runner's tables and SUMMARY.md into one folder and 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -303,7 +304,7 @@ def test_the_command_loads_without_the_notebook_packages(tmp_path: Path) -> None
         "            raise ModuleNotFoundError(f'No module named {name!r}')\n"
         "sys.meta_path.insert(0, Missing())\n"
     )
-    env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"}
     done = subprocess.run(
         [sys.executable, "-m", "tools.gpu_check", "--plan", "--part", "speedrun"],
         capture_output=True,

@@ -189,11 +189,10 @@ def lesson_numbers(text: str) -> set[str]:
     numbers: set[str] = set()
     for piece in text.split(","):
         first, dash, last = piece.strip().partition("-")
-        if not (first.isdigit() and (last or not dash) and (last or first).isdigit()) or int(first) > int(
-            last or first
-        ):
+        last = last if dash else first
+        if not (first.isdigit() and last.isdigit() and int(first) <= int(last)):
             raise ValueError(f"{piece.strip()!r} is not a lesson number or range: give e.g. 05, 00-07 or 05,12-14")
-        numbers |= {f"{n:02d}" for n in range(int(first), int(last or first) + 1)}
+        numbers |= {f"{n:02d}" for n in range(int(first), int(last) + 1)}
     return numbers
 
 

@@ -108,6 +108,12 @@ class Lab:
         found = [f"{k['id'][:8]} {k['execution_state']} ({k['connections']} connected)" for k in self.api("kernels")]
         return ", ".join(found) or "none"
 
+    def kernels_idle(self) -> bool:
+        """Whether the server has kernels and each is idle. The server hears every kernel's status messages itself,
+        whatever a page hears."""
+        states = [k["execution_state"] for k in self.api("kernels")]
+        return bool(states) and all(s == "idle" for s in states)
+
     def shut_down_kernels(self) -> None:
         """End every session, so kernels of finished notebooks do not hold memory while the next one runs."""
         for session in self.api("sessions"):
@@ -257,31 +263,46 @@ def run_all(page) -> None:
     raise AssertionError("Run All Cells started nothing")
 
 
-def stalled(state: dict) -> bool:
-    """Cells queued while the kernel says idle: their execute requests never reached the kernel. It happens before the
-    first cell, or after a few have run (seen after the 5th or 7th code cell of lessons 06, 09 and 14 in one run)."""
-    prompts = state["prompts"]
-    return state["kernel"] == "idle" and any("*" in p for p in prompts)
+def stalled(state: dict, server_idle: bool) -> bool:
+    """Cells queued or running in the page while the kernel is idle, by the page's indicator or by the server's.
+
+    By the page's: the execute requests never reached the kernel (seen before the first cell, and after the 5th or 7th
+    code cell of lessons 06, 09 and 14 in one run). By the server's: the page stopped hearing its kernel part-way
+    through a cell, so its indicator still says busy (seen at a one-line cell of lesson 07 and at lesson 11's third
+    cell, both left "busy" for ten minutes)."""
+    waiting = any("*" in p for p in state["prompts"])
+    return waiting and (state["kernel"] == "idle" or server_idle)
 
 
 class ConnectionLost(AssertionError):
-    """The page and its kernel stopped hearing each other: the kernel never showed as started, or the page queued
-    cells that the kernel, idle, never received."""
+    """The page and its kernel stopped hearing each other: the kernel never showed as started, or the page waited on
+    cells that the kernel, idle, was not running."""
 
 
-def run_to_the_end(page, stall_s: float) -> dict:
-    """Wait until a run that has started is idle; a stall (see ``stalled``) that lasts ``stall_s`` raises."""
-    deadline, since = time.monotonic() + RUN_TIMEOUT_S, None
+def run_to_the_end(page, lab: Lab, stall_s: float) -> dict:
+    """Wait until a run that has started is idle; a stall (see ``stalled``) that lasts ``stall_s`` with nothing new in
+    the page's prompts raises ``ConnectionLost``."""
+    deadline, since, seen = time.monotonic() + RUN_TIMEOUT_S, None, None
     while time.monotonic() < deadline:
         state = page.evaluate(PAGE_STATE)
-        since = (since or time.monotonic()) if stalled(state) else None
+        if stalled(state, lab.kernels_idle()) and state["prompts"] == seen:
+            since = since or time.monotonic()
+        else:
+            since, seen = None, state["prompts"]
         if since is not None and time.monotonic() - since > stall_s:
-            raise ConnectionLost(f"cells stayed queued for {stall_s} s with the kernel idle")
+            raise ConnectionLost(
+                f"for {stall_s} s the page waited on cells (kernel {state['kernel']}) that no idle kernel ran"
+            )
         try:
             return wait_until_idle(page, 5)
         except AssertionError:
             continue
-    return wait_until_idle(page, 1)  # raises with the state it was stuck in
+    try:
+        return wait_until_idle(page, 1)
+    except AssertionError as err:  # the state it was stuck in, and the server's side of it
+        raise AssertionError(
+            f"{err}\nserver's kernels: {lab.kernels()}\nJupyterLab server log:\n{lab.log_tail()}"
+        ) from None
 
 
 def run_notebook(
@@ -290,12 +311,12 @@ def run_notebook(
     """Open ``name`` in a new page, Run All, and wait until it is idle; returns the page and what it shows.
 
     Now and then, on a loaded 2-core machine, a page loses its kernel's messages: the kernel indicator stays
-    "unknown" although the server says the kernel started and answered, or cells stay queued while the kernel is
-    idle. Reloading the page in the same browser has failed the same way twice in a row, so this does what a
-    learner would do next: close the browser, start it again and rerun the notebook. A run that errors is never
-    retried; each lost connection leaves a screenshot, and a pass after one gives a ``BrowserRetry`` warning.
-    ``prepare(page, attempt)``, when given, is called on each new page before the notebook opens (the tests of this
-    retry use it to cut a page off from its kernel)."""
+    "unknown" although the server says the kernel started and answered, or cells stay queued or running while the
+    kernel is idle (see ``stalled``). Reloading the page in the same browser has failed the same way twice in a row,
+    so this does what a learner would do next: close the browser, start it again and rerun the notebook. A run that
+    errors is never retried; each lost connection leaves a screenshot, and a pass after one gives a ``BrowserRetry``
+    warning. ``prepare(page, attempt)``, when given, is called on each new page before the notebook opens (the tests
+    of this retry use it to cut a page off from its kernel)."""
     lost: list[str] = []
     for attempt in range(1, tries + 1):
         page, events = new_page(chromium)
@@ -307,7 +328,7 @@ def run_notebook(
             except AssertionError as err:
                 raise ConnectionLost(f"the kernel never showed as started: {err}") from err
             run_all(page)
-            state = run_to_the_end(page, stall_s)
+            state = run_to_the_end(page, lab, stall_s)
         except ConnectionLost as err:
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOTS / f"{Path(name).stem}-connection-lost-{attempt}.png"), timeout=60_000)
@@ -387,6 +408,45 @@ def deaf(page, attempt: int, attempts: tuple[int, ...]) -> None:
     nothing it sends is answered."""
     if attempt in attempts:
         page.route_web_socket(re.compile(r"/api/kernels/[^/]+/channels"), lambda ws: None)
+
+
+def said(message, *words: str) -> bool:
+    """Whether a websocket frame (text, or the binary framing of JupyterLab's kernel protocol) holds every word."""
+    text = message.decode("utf-8", "replace") if isinstance(message, bytes) else message
+    return all(word in text for word in words)
+
+
+def deafened_mid_cell(page, attempt: int, attempts: tuple[int, ...]) -> None:
+    """On the given attempts, the page hears its kernel until the kernel says it is busy with the first cell the
+    page asked it to run, and nothing after: the kernel runs every cell, and the page still shows the first running."""
+    if attempt not in attempts:
+        return
+
+    def relay(ws) -> None:
+        server, asked, cut = ws.connect_to_server(), [False], [False]
+
+        def to_server(message) -> None:
+            asked[0] = asked[0] or said(message, "execute_request")
+            server.send(message)
+
+        def to_page(message) -> None:
+            if not cut[0]:
+                ws.send(message)
+            cut[0] = cut[0] or (asked[0] and said(message, '"execution_state"', '"busy"'))
+
+        ws.on_message(to_server)
+        server.on_message(to_page)
+
+    page.route_web_socket(re.compile(r"/api/kernels/[^/]+/channels"), relay)
+
+
+def test_a_page_that_stops_hearing_its_kernel_mid_cell_is_run_again(lab: Lab, chromium) -> None:
+    """The page's indicator stays busy on a cell the kernel has finished: the server's idle kernel shows the stall."""
+    with pytest.warns(BrowserRetry, match=r"try 1: for 20 s the page waited on cells \(kernel busy\)"):
+        page, state = run_notebook(chromium, lab, SMOKE, stall_s=20, prepare=partial(deafened_mid_cell, attempts=(1,)))
+    page.close()
+    lab.shut_down_kernels()
+    assert "after the error" in state["text"], "the second try did not run the notebook to its end"
 
 
 def test_a_page_cut_off_from_its_kernel_is_run_again_in_a_new_browser(lab: Lab, chromium) -> None:

@@ -27,9 +27,11 @@ import sys
 import time
 import urllib.request
 import warnings
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
+from itertools import pairwise
 from pathlib import Path
 
 import nbformat
@@ -209,17 +211,43 @@ def new_page(chromium) -> tuple[object, list[str]]:
 
     def on_websocket(ws) -> None:
         where = ws.url.split("?")[0].rsplit("/api/", 1)[-1]
-        frames = {"sent": 0, "received": 0}  # a report tells a server that said nothing from a page that heard it
+        # a report tells a server that said nothing from a page that heard it, and what the last messages were
+        frames = {"sent": 0, "received": 0, "last sent": deque(maxlen=4), "last received": deque(maxlen=6)}
         events.append(f"websocket opened: {where}")
         events.append(frames)
-        ws.on("framesent", lambda _payload: frames.update(sent=frames["sent"] + 1))
-        ws.on("framereceived", lambda _payload: frames.update(received=frames["received"] + 1))
+
+        def count(way: str, payload) -> None:
+            frames[way] += 1
+            frames[f"last {way}"].append(kernel_message(payload))
+
+        ws.on("framesent", partial(count, "sent"))
+        ws.on("framereceived", partial(count, "received"))
         ws.on("close", lambda _ws: events.append(f"websocket closed: {where}"))
         ws.on("socketerror", lambda error: events.append(f"websocket error: {where}: {error}"))
 
     page.on("websocket", on_websocket)
     page.on("console", lambda msg: events.append(f"console {msg.type}: {msg.text}") if msg.type in CONSOLE else None)
     return page, events
+
+
+def kernel_message(payload) -> str:
+    """ "channel msg_type" of a kernel websocket frame, in JupyterLab's binary framing (a count, offsets, the channel,
+    then the message's parts) or in JSON; "?" for a frame that is neither."""
+    try:
+        if isinstance(payload, str):
+            message = json.loads(payload)
+            return f"{message.get('channel', '')} {message['header']['msg_type']}"
+        count = int.from_bytes(payload[:8], "little")
+        if not 2 <= count <= 64:  # a channel and a header at least; never a count read from other bytes
+            return "?"
+        offsets = [int.from_bytes(payload[8 * i : 8 * i + 8], "little") for i in range(1, count + 1)]
+        parts = [payload[a:b] for a, b in pairwise(offsets)]
+        for part in parts[1:]:
+            if part.startswith(b"{") and b'"msg_type"' in part:
+                return f"{parts[0].decode()} {json.loads(part)['msg_type']}"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return "?"
 
 
 def wait_until_idle(page, timeout_s: float, polls: int = 3) -> dict:
@@ -267,9 +295,10 @@ def stalled(state: dict, server_idle: bool) -> bool:
     """Cells queued or running in the page while the kernel is idle, by the page's indicator or by the server's.
 
     By the page's: the execute requests never reached the kernel (seen before the first cell, and after the 5th or 7th
-    code cell of lessons 06, 09 and 14 in one run). By the server's: the page stopped hearing its kernel part-way
-    through a cell, so its indicator still says busy (seen at a one-line cell of lesson 07 and at lesson 11's third
-    cell, both left "busy" for ten minutes)."""
+    code cell of lessons 06, 09 and 14 in one run). By the server's: the page still says busy, with cells waiting after
+    the last one the kernel answered (seen at lessons 01, 04, 06, 07, 08 and 11, some ten minutes long). With ipykernel
+    7.3 both were a kernel that left requests unread in its shell socket (ipykernel issue 1554; requirements.txt
+    rules out 7.0-7.3); a page that loses its kernel's messages shows the same, and is run again the same way."""
     waiting = any("*" in p for p in state["prompts"])
     return waiting and (state["kernel"] == "idle" or server_idle)
 
@@ -290,8 +319,10 @@ def run_to_the_end(page, lab: Lab, stall_s: float) -> dict:
         else:
             since, seen = None, state["prompts"]
         if since is not None and time.monotonic() - since > stall_s:
+            waiting = [i + 1 for i, p in enumerate(state["prompts"]) if "*" in p]
             raise ConnectionLost(
-                f"for {stall_s} s the page waited on cells (kernel {state['kernel']}) that no idle kernel ran"
+                f"for {stall_s} s the page waited on cells (kernel {state['kernel']}) that no idle kernel ran:"
+                f" code cells {waiting[0]}-{waiting[-1]} of {len(state['prompts'])}"
             )
         try:
             return wait_until_idle(page, 5)
@@ -334,7 +365,10 @@ def run_notebook(
             page.screenshot(path=str(SCREENSHOTS / f"{Path(name).stem}-connection-lost-{attempt}.png"), timeout=60_000)
             said = (
                 "\n  ".join(
-                    f"  frames: {e['sent']} sent, {e['received']} received" if isinstance(e, dict) else e
+                    f"  frames: {e['sent']} sent (last: {', '.join(e['last sent'])}), {e['received']} received"
+                    f" (last: {', '.join(e['last received'])})"
+                    if isinstance(e, dict)
+                    else e
                     for e in events[-15:]
                 )
                 or "nothing"

@@ -169,11 +169,12 @@ def test_an_install_without_course_setup_is_refused_with_the_fix(capsys, monkeyp
     assert course._course_setup_missing() is False  # this clone's install, as the test run has it
 
 
-def test_a_python_without_papermill_is_refused_with_the_fix(capsys, monkeypatch, lessons, tmp_path):
+@pytest.mark.parametrize("module", ["papermill", "psutil"])
+def test_a_python_without_a_runner_module_is_refused_with_the_fix(module, capsys, monkeypatch, lessons, tmp_path):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "papermill" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
     err = _refused(capsys, tmp_path / "out", "--notebooks", str(lessons))
-    assert err.startswith("this Python (") and "has no papermill, which runs the notebooks" in err
+    assert err.startswith("this Python (") and f"has no {module}, which runs the notebooks" in err
     assert ".venv/bin/python -m tools.course" in err

@@ -159,7 +159,8 @@ def _course_setup_missing() -> bool:
 
 def check_arguments(args: argparse.Namespace) -> list[Path]:
     """The notebooks to run, once every argument and COURSE_* variable is known to be usable; else UsageError."""
-    for module in ("papermill", "ipykernel"):  # what runs the notebooks, each in a kernel of this Python
+    # what runs the notebooks, each in a kernel of this Python, and ends what each started
+    for module in ("papermill", "ipykernel", "psutil"):
         if importlib.util.find_spec(module) is None:
             raise UsageError(f"this Python ({sys.executable}) has no {module}, which runs the notebooks; {FIX_PYTHON}.")
     if _course_setup_missing():

@@ -81,8 +81,8 @@ GPU_CODE = re.compile(
 PARTS = ("cuda", "cpu", "speedrun")
 """The plan's three passes, in order: the lessons on CUDA, the lessons with GPU sections on the CPU, the speedrun."""
 
-NEEDED = ("nbformat", "papermill", "ipykernel")
-"""What executes the lessons, each in a Jupyter kernel of this Python."""
+NEEDED = ("nbformat", "papermill", "ipykernel", "psutil")
+"""What executes the lessons, each in a Jupyter kernel of this Python, and ends what each lesson started."""
 
 
 @dataclass(frozen=True)
@@ -520,7 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="DIR",
         type=Path,
         help="download, for Python 3.12 on x86-64 Linux, what runs the lessons (nbformat, papermill, "
-        "ipykernel and their needs) into DIR, and stop",
+        "ipykernel, psutil and their needs) into DIR, and stop",
     )
     args = parser.parse_args(argv)
     if args.download_wheels:

@@ -7,14 +7,61 @@ from collections.abc import Callable
 from unittest import mock
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from exercises.core import Recorder, exercise, learner_code
 from helpers import devices
 
+_SHAPE_FROM_DATA = {
+    "nonzero": "nonzero() (torch.where(mask) and argwhere call it too)",
+    "index": "indexing with a boolean mask, as in y[pred == y]",
+    "masked_select": "masked_select",
+    "_unique2": "unique",
+    "unique_dim": "unique",
+    "unique_consecutive": "unique_consecutive",
+    "bincount": "bincount",
+    "repeat_interleave": "repeat_interleave",
+}
+"""How the hint names the aten operators whose output's size depends on the values of their input."""
+
+
+class ShapeWaits(TorchDispatchMode):
+    """Notes every operator whose output's size, or a Python value it returns, depends on the data: to size the
+    output, or to return the value, the host waits until the device has computed its input, as with ``.item()``.
+
+    PyTorch tags these operators (``dynamic_output_shape``, ``data_dependent_output``), which is what the meta and
+    fake tensors of ``torch.compile`` refuse to run; ``_local_scalar_dense``, the reading behind ``.item()``,
+    ``float()`` and ``if t:``, is left to the ``Recorder``, which names the call that made it. Indexing waits only
+    with a boolean mask: integer indices give an output of their own size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        name, tags = func._schema.name.split("::")[-1], getattr(func, "tags", ())
+        if torch.Tag.dynamic_output_shape in tags:
+            masks = [
+                i
+                for i in (args[1] if name == "index" and len(args) > 1 else [])
+                if isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
+            ]
+            if name != "index" or masks:
+                self.ops.append(name)
+        elif torch.Tag.data_dependent_output in tags and name != "_local_scalar_dense":
+            self.ops.append(name)
+        return func(*args, **kwargs)
+
+    def named(self) -> str:
+        """The operators noted, as the hint names them."""
+        return ", ".join(sorted({_SHAPE_FROM_DATA.get(op, op) for op in self.ops}))
+
 
 @exercise("08_hidden_sync", "find the hidden synchronisation", function=True)
 def check_hidden_sync(evaluate: Callable | None, device: torch.device) -> str | None:
-    """``evaluate(model, batches)`` returns the accuracy over the batches and reads the device once."""
+    """``evaluate(model, batches)`` returns the accuracy over the batches and waits for the device once: no read to
+    the host on every batch, and no tensor whose size depends on the data."""
     g = torch.Generator().manual_seed(8)
     model = torch.nn.Linear(12, 5).to(device)
     batches = [
@@ -24,19 +71,25 @@ def check_hidden_sync(evaluate: Callable | None, device: torch.device) -> str | 
     with torch.no_grad():
         correct = sum(int((model(X).argmax(dim=1) == y).sum()) for X, y in batches)
     expected = correct / (32 * len(batches))
-    with torch.no_grad(), Recorder() as recorder:
+    with torch.no_grad(), Recorder() as recorder, ShapeWaits() as shapes:
         got = evaluate(model, batches)
     if isinstance(got, torch.Tensor):
         return "it returned a tensor: read the total back once, at the end, with .item()"
     if not isinstance(got, (int, float)) or abs(got - expected) > 1e-6:
         return f"it returned {got!r}, the accuracy is {expected:.4f}"
-    if len(recorder.host_reads) > 2:
-        reads = ", ".join(sorted(set(recorder.host_reads)))
+    if len(shapes.ops) + len(recorder.host_reads) <= 2:
+        return None
+    if shapes.ops:
         return (
-            f"it read values back to the host {len(recorder.host_reads)} times over {len(batches)} batches "
-            f"({reads}): keep the running count on the device"
+            f"it made a tensor whose size depends on the data {len(shapes.ops)} times over {len(batches)} batches "
+            f"({shapes.named()}): to learn that size the host waits for the device, as .item() does; count the "
+            "hits with (pred == y).sum(), whose size is known before it runs, and keep the count on the device"
         )
-    return None
+    reads = ", ".join(sorted(set(recorder.host_reads)))
+    return (
+        f"it read values back to the host {len(recorder.host_reads)} times over {len(batches)} batches "
+        f"({reads}): keep the running count on the device"
+    )
 
 
 TIMED_WORK, EARLIER_WORK = 0.05, 0.2

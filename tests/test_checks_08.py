@@ -71,9 +71,99 @@ def evaluate_copy_every_batch(model, batches):
     return correct.item() / total
 
 
+def evaluate_nonzero_every_batch(model, batches):
+    correct, total = 0, 0
+    for X, y in batches:
+        correct += (model(X).argmax(dim=1) == y).nonzero().shape[0]  # no .item(), but the shape is the data
+        total += len(y)
+    return correct / total
+
+
+def evaluate_mask_every_batch(model, batches):
+    correct, total = 0, 0
+    for X, y in batches:
+        pred = model(X).argmax(dim=1)
+        correct += len(y[pred == y])  # a boolean mask: the host waits to learn how many it keeps
+        total += len(y)
+    return correct / total
+
+
+def evaluate_where_every_batch(model, batches):
+    correct, total = 0, 0
+    for X, y in batches:
+        correct += len(torch.where(model(X).argmax(dim=1) == y)[0])
+        total += len(y)
+    return correct / total
+
+
+def evaluate_masked_select_every_batch(model, batches):
+    correct, total = 0, 0
+    for X, y in batches:
+        pred = model(X).argmax(dim=1)
+        correct += torch.masked_select(pred, pred == y).numel()
+        total += len(y)
+    return correct / total
+
+
+def evaluate_unique_every_batch(model, batches):
+    correct, total = 0, 0
+    for X, y in batches:
+        hits = (model(X).argmax(dim=1) == y).long()
+        values, counts = torch.unique(hits, return_counts=True)  # as many values as the data has
+        correct += torch.where(values == 1, counts, 0).sum()
+        total += len(y)
+    return int(correct) / total
+
+
+def evaluate_imported_names(model, batches):
+    from torch import eq, zeros
+
+    correct = zeros((), dtype=torch.long)
+    for X, y in batches:
+        correct += eq(model(X).argmax(dim=1), y).sum()
+    return int(correct) / sum(len(y) for _, y in batches)  # int() once is the one read
+
+
+def evaluate_count_nonzero(model, batches):
+    hits = [torch.count_nonzero(model(X).argmax(dim=1) == y) for X, y in batches]  # a size known in advance
+    return torch.stack(hits).sum().item() / sum(y.numel() for _, y in batches)
+
+
+def evaluate_float_mean(model, batches):
+    hits = torch.cat([(model(X).argmax(dim=1) == y).float() for X, y in batches])
+    return hits.mean().item()
+
+
+def evaluate_one_mask_at_the_end(model, batches):
+    pred = torch.cat([model(X).argmax(dim=1) for X, _ in batches])
+    y = torch.cat([y for _, y in batches])
+    return len(y[pred == y]) / len(y)  # one wait, for the whole set, like the one .item()
+
+
 def test_hidden_sync_reference(capsys):
     assert CHECKERS["08_hidden_sync"](evaluate_reference, torch.device("cpu"))
     assert capsys.readouterr().out.startswith("[pass]")
+
+
+def test_hidden_sync_accepts_right_answers_written_differently(capsys):
+    for right in (evaluate_imported_names, evaluate_count_nonzero, evaluate_float_mean, evaluate_one_mask_at_the_end):
+        assert CHECKERS["08_hidden_sync"](right, torch.device("cpu")), capsys.readouterr().out
+        assert capsys.readouterr().out.startswith("[pass]")
+
+
+def test_hidden_sync_rejects_a_shape_that_depends_on_the_data(capsys):
+    check = CHECKERS["08_hidden_sync"]
+    for wrong, named in (
+        (evaluate_nonzero_every_batch, "nonzero()"),
+        (evaluate_mask_every_batch, "boolean mask"),
+        (evaluate_where_every_batch, "torch.where(mask)"),
+        (evaluate_masked_select_every_batch, "masked_select"),
+        (evaluate_unique_every_batch, "unique"),
+    ):
+        assert not check(wrong, torch.device("cpu"))
+        out = capsys.readouterr().out
+        assert "[not yet]" in out and "size depends on the data 10 times" in out and named in out, out
+        assert "(pred == y).sum()" in out, out
 
 
 def test_hidden_sync_waits_for_an_answer(capsys):

@@ -8,6 +8,11 @@ Every lesson is executed once per test run: the tests that read an executed less
 fixture) read the outputs nbval's own run produced, and run after it. Only where nbval did not run that whole
 notebook in this session (``pytest tests/test_lesson05.py`` alone) does the fixture execute it with the course runner.
 
+Every lesson is also run a second time, top to bottom, in the same kernel (nbval items named ``Cell N again``): a
+learner re-runs cells and whole lessons, so a cell that deletes a name it needs, leaves a global mode switched on or
+finds its own earlier files in the way fails here. The second pass compares no outputs (timings differ, and a rerun
+may rightly say "already there"); it fails on any error. ``-m "not again"`` leaves it out.
+
 ``pytest -m "not slow"`` is the maintainer's fast loop: it leaves out every nbval cell (marked here) and every test
 marked ``@pytest.mark.slow`` in its own file: those that start processes (torchrun, mp.spawn, the runner, a Python that
 imports torch), execute notebooks or take over about a second (``--durations``). Plain ``pytest`` (the README's test
@@ -62,6 +67,36 @@ def pytest_configure(config: pytest.Config) -> None:
 
     for name, value in course.CHECK_ENV.items():
         _set_env(name, value)
+    if config is not None and config.pluginmanager.hasplugin("nbval"):
+        _collect_twice()
+
+
+def _collect_twice() -> None:
+    """Make nbval collect every code cell of a notebook twice: once compared with its committed outputs, then again,
+    in the same kernel, only for errors (``again`` set on the item, marked ``again``)."""
+    from collections import defaultdict
+
+    from nbval.plugin import IPyNbCell, IPyNbFile
+
+    collect = IPyNbFile.collect
+    if getattr(collect, "twice", False):
+        return
+
+    def collect_twice(self):
+        first = list(collect(self))
+        yield from first
+        for item in first:
+            options = defaultdict(bool, item.options)
+            options["check"] = False
+            again = IPyNbCell.from_parent(
+                self, name=f"{item.name} again", cell_num=item.cell_num, cell=item.cell, options=options
+            )
+            again.again = True
+            again.add_marker(pytest.mark.again)
+            yield again
+
+    collect_twice.twice = True
+    IPyNbFile.collect = collect_twice
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -120,6 +155,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> None:
     """Keep the outputs of each nbval cell's fresh run, for the ``executed_notebook`` fixture."""
     if call.when != "call" or item.path.suffix != ".ipynb" or not hasattr(item, "cell_num"):
         return
+    if getattr(item, "again", False):
+        return  # the second pass: the readers read the first
     outputs = getattr(item, "test_outputs", None)  # nbval's outputs of this run, an error output included
     _nbval_outputs.setdefault(item.path, {})[item.cell_num] = None if outputs is None else list(outputs)
 

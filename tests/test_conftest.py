@@ -132,21 +132,63 @@ def test_a_lesson_read_by_a_test_is_executed_once_by_nbval_and_the_runner_only_w
         timeout=300,
     )
     out = done.stdout
-    ran = dict(reversed(r) for r in re.findall(r"^(PASSED|FAILED) (\S+(?: \d+)?)", out, re.MULTILINE))  # -rA
+    ran = dict(reversed(r) for r in re.findall(r"^(PASSED|FAILED) (\S+(?: \d+(?: again)?)?)", out, re.M))  # -rA
     readers = [f"tests/test_reader.py::test_reads[{n}]" for n in ("00", "01", "02")]
     assert ran == {
         "notebooks/00_runs.ipynb::Cell 0": "PASSED",  # its output is the checked environment, as nbval compared
         "notebooks/00_runs.ipynb::Cell 1": "PASSED",
+        "notebooks/00_runs.ipynb::Cell 0 again": "PASSED",  # the second pass, in the same kernel
+        "notebooks/00_runs.ipynb::Cell 1 again": "PASSED",
         "notebooks/01_raises.ipynb::Cell 0": "FAILED",
         "notebooks/01_raises.ipynb::Cell 1": "PASSED",
+        "notebooks/01_raises.ipynb::Cell 0 again": "FAILED",
+        "notebooks/01_raises.ipynb::Cell 1 again": "PASSED",
         **dict(zip(readers, ["PASSED", "FAILED", "PASSED"], strict=True)),
     }, out
     in_order = re.findall(r"^(\S.*?) (?:PASSED|FAILED) +\[", out, re.MULTILINE)  # -v: one line a test, as it ran
-    assert len(in_order) == 7 and in_order[-3:] == readers, out  # the readers ran after the nbval cells
+    assert len(in_order) == 11 and in_order[-3:] == readers, out  # the readers ran after the nbval cells
     assert "01_raises.ipynb failed in nbval's run: cell 0 (In [1]) raised ZeroDivisionError" in out, out
     runs = (project / "notebooks" / "runs.txt").read_text().split()
-    assert sorted(runs) == ["00", "01", "02"]  # each lesson executed once: 00 and 01 by nbval, 02 by the runner
+    # 00 and 01 by nbval, twice each (the second pass), 02 once by the runner: no reader executed a lesson again
+    assert sorted(runs) == ["00", "00", "01", "01", "02"]
     assert [p.name for p in (project / "build" / "test-executed").glob("*.ipynb")] == ["02_alone.ipynb"]
+
+
+AGAIN_FAILS = (
+    "try:\n    ran_before\nexcept NameError:\n    ran_before = True\nelse:\n    raise RuntimeError('ran before')\n"
+)
+"""A cell that passes in a fresh kernel and fails when it runs again in the same one."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("select", [[], ["-m", "not again"]])
+def test_nbval_runs_every_lesson_again_in_the_same_kernel_and_fails_on_an_error(tmp_path: Path, select) -> None:
+    shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\naddopts = -v -rA -p no:cacheprovider --nbval --nbval-current-env\nmarkers =\n    slow: slow\n"
+        "    again: again\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "notebooks").mkdir()
+    cells = [(AGAIN_FAILS, ""), ("print(2 + 2)", "4\n")]
+    (tmp_path / "notebooks" / "00_once.ipynb").write_text(_notebook(cells), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "notebooks", *select],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    ran = dict(reversed(r) for r in re.findall(r"^(PASSED|FAILED) (\S+(?: \d+(?: again)?)?)", done.stdout, re.M))
+    first = {"notebooks/00_once.ipynb::Cell 0": "PASSED", "notebooks/00_once.ipynb::Cell 1": "PASSED"}
+    if select:
+        assert ran == first and done.returncode == 0, done.stdout
+    else:
+        again = {"notebooks/00_once.ipynb::Cell 0 again": "FAILED", "notebooks/00_once.ipynb::Cell 1 again": "PASSED"}
+        assert ran == {**first, **again} and done.returncode == 1, done.stdout
+        assert "ran before" in done.stdout
 
 
 class _Item:

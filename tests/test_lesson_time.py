@@ -84,6 +84,30 @@ def test_the_line_adds_reading_and_running_and_says_where_the_time_was_measured(
     assert time_line(words, _record({}), measured) == expected
 
 
+def test_code_lines_leave_out_blank_and_comment_lines_and_exercises_count_each_checker_once():
+    nb = _notebook(["# L"], [])
+    nb.cells += [
+        nbformat.v4.new_code_cell("# a comment\nx = 1\n\n    # indented comment\ny = x  # trailing comment"),
+        nbformat.v4.new_code_cell("answer = None\nchecks.check_one(answer)"),
+        nbformat.v4.new_code_cell("answer = 2\nchecks.check_one(answer)\nchecks.check_two(answer, device)"),
+    ]
+    assert lesson_time.code_lines(nb) == 2 + 2 + 3
+    assert lesson_time.exercises(nb) == 2
+
+
+def test_the_line_counts_code_and_exercises_at_the_rates_it_states():
+    line = time_line(2000, _record({}), (90.0, 0, False), lines=240, tasks=4)
+    assert line == (
+        "**Time:** about 44 minutes: 2,000 words of prose (10 minutes at 200 words a minute), 240 lines of code "
+        "(8 minutes at 30 lines a minute), 4 exercises (24 minutes at 6 minutes an exercise) and 1.5 minutes of "
+        "running at the default settings on one Test GPU (`records/lessons-x.json`, 2026-11-26)."
+    )
+    assert time_line(12000, None, None, lines=1, tasks=1).startswith(
+        "**Time:** about 1 hour 7 minutes: 12,000 words of prose (1 hour at 200 words a minute), 1 line of code "
+        "(1 minute at 30 lines a minute) and 1 exercise (6 minutes at 6 minutes an exercise); its run time"
+    )
+
+
 def test_without_a_record_the_line_gives_the_reading_and_says_the_run_is_not_recorded():
     line = time_line(450, None, None)
     assert line.startswith("**Time:** about 3 minutes of reading: 450 words of prose")

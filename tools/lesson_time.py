@@ -1,5 +1,7 @@
-"""Each lesson's "Time" line, computed rather than typed: its prose read at ``WORDS_PER_MINUTE`` plus its run time at
-the learner's defaults, taken from a record of per-cell seconds (a GPU record where one exists, else a CPU one).
+"""Each lesson's "Time" line, computed rather than typed, by a rule the line states: its prose read at
+``WORDS_PER_MINUTE``, its code read at ``CODE_LINES_PER_MINUTE``, ``MINUTES_PER_EXERCISE`` for each exercise (one per
+checker the lesson calls), and its run time at the learner's defaults, taken from a record of per-cell seconds (a GPU
+record where one exists, else a CPU one).
 
     python -m tools.lesson_time            # print each lesson's line and whether its header has it
     python -m tools.lesson_time --write    # put the computed line into each header
@@ -28,6 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 RECORDS = ROOT / "records"
 WORDS_PER_MINUTE = 200
+CODE_LINES_PER_MINUTE = 30
+"""Lines of code read, understood and run, a minute: comment and blank lines are left out of the count."""
+MINUTES_PER_EXERCISE = 6
+"""Minutes to write and check one exercise's answer."""
+_CHECKER_CALL = re.compile(r"\bchecks\.(check_\w+)\(")
 TIME_LINE = re.compile(r"^\*\*Time:\*\*.*?(?=\n\n|\Z)", re.MULTILINE | re.DOTALL)
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")  # a link or image: its text only
 _TAG = re.compile(r"<[^>]+>")
@@ -62,6 +69,25 @@ def prose_words(nb: nbformat.NotebookNode) -> int:
     return count
 
 
+def code_lines(nb: nbformat.NotebookNode) -> int:
+    """Lines of the lesson's code cells a learner reads: blank lines and whole-line comments left out."""
+    lines = 0
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            lines += sum(1 for line in cell.source.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+    return lines
+
+
+def exercises(nb: nbformat.NotebookNode) -> int:
+    """The lesson's exercises: the checkers its cells call, each counted once (an exercise cell and its solution call
+    the same one)."""
+    names = set()
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            names.update(_CHECKER_CALL.findall(cell.source))
+    return len(names)
+
+
 def run_seconds(nb: nbformat.NotebookNode, name: str, record: Record) -> tuple[float, int, bool] | None:
     """The recorded seconds of this lesson's code cells, how many code cells the record lacks, and whether the record
     ran it in quick mode; None when the record has no run of this lesson (looked up by file name, then by cell ids)."""
@@ -90,22 +116,46 @@ def choose_record(records: Sequence[Record], nb: nbformat.NotebookNode, name: st
 
 def minutes_text(minutes: float) -> str:
     whole = max(1, math.ceil(minutes))
-    return f"{whole} minute{'s' if whole != 1 else ''}"
+    if whole < 60:
+        return f"{whole} minute{'s' if whole != 1 else ''}"
+    hours, rest = divmod(whole, 60)
+    text = f"{hours} hour{'s' if hours != 1 else ''}"
+    return text + (f" {rest} minute{'s' if rest != 1 else ''}" if rest else "")
 
 
-def time_line(words: int, record: Record | None, measured: tuple[float, int, bool] | None) -> str:
-    """The header's Time line from the prose's word count and the record's measurement of the lesson."""
+def _plural(count: int, word: str) -> str:
+    return f"{count:,} {word}{'s' if count != 1 else ''}"
+
+
+def time_line(
+    words: int, record: Record | None, measured: tuple[float, int, bool] | None, lines: int = 0, tasks: int = 0
+) -> str:
+    """The header's Time line from the prose's word count, the code's lines, the exercises and the record's
+    measurement of the lesson, each with the rate it is counted at."""
     reading = words / WORDS_PER_MINUTE
-    prose = f"{words:,} words of prose ({minutes_text(reading)} at {WORDS_PER_MINUTE} words a minute)"
+    code = lines / CODE_LINES_PER_MINUTE
+    answering = tasks * MINUTES_PER_EXERCISE
+    parts = [f"{words:,} words of prose ({minutes_text(reading)} at {WORDS_PER_MINUTE} words a minute)"]
+    if lines:
+        parts.append(
+            f"{_plural(lines, 'line')} of code ({minutes_text(code)} at {CODE_LINES_PER_MINUTE} lines a minute)"
+        )
+    if tasks:
+        parts.append(
+            f"{_plural(tasks, 'exercise')} ({minutes_text(answering)} at {MINUTES_PER_EXERCISE} minutes an exercise)"
+        )
     if record is None or measured is None:
-        return f"**Time:** about {minutes_text(reading)} of reading: {prose}; its run time has not been recorded yet."
+        listed = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
+        total = reading + code + answering
+        return f"**Time:** about {minutes_text(total)}: {listed}; its run time has not been recorded yet."
     seconds, missing, quick = measured
     running = f"{seconds / 60:.1f} minutes" if seconds >= 60 else f"{seconds:.0f} seconds"
     mode = "in quick mode" if quick else "at the default settings"
     where = f"on {record.device} (`{record.path.relative_to(ROOT).as_posix()}`, {record.date})"
     extra = f"; {missing} code cell{'s' if missing != 1 else ''} newer than that run not counted" if missing else ""
-    total = reading + seconds / 60
-    return f"**Time:** about {minutes_text(total)}: {prose} and {running} of running {mode} {where}{extra}."
+    total = reading + code + answering + seconds / 60
+    listed = ", ".join(parts)
+    return f"**Time:** about {minutes_text(total)}: {listed} and {running} of running {mode} {where}{extra}."
 
 
 def load_records(folder: Path = RECORDS) -> list[Record]:
@@ -115,7 +165,8 @@ def load_records(folder: Path = RECORDS) -> list[Record]:
 def computed_line(path: Path, records: Sequence[Record]) -> str:
     nb = nbformat.read(path, as_version=4)
     record = choose_record(records, nb, path.name)
-    return time_line(prose_words(nb), record, run_seconds(nb, path.name, record) if record else None)
+    measured = run_seconds(nb, path.name, record) if record else None
+    return time_line(prose_words(nb), record, measured, code_lines(nb), exercises(nb))
 
 
 def header_line(path: Path) -> str | None:

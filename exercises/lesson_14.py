@@ -9,17 +9,15 @@ import torch
 
 from exercises.core import exercise, first_line, ranks_in_processes
 
-SHARD_WORLD = 2
-"""The fully_shard exercise's ranks: two forked CPU processes in a gloo group."""
+SHARD_RUNS = ((2, "cpu"), (3, "meta"))
+"""The fully_shard exercise's two runs, each a group of forked processes joined by gloo: two CPU processes, where the
+sharded model also runs; then three processes handed a device of another type, ``meta`` (tensors with a shape and no
+data), so that an answer passes only with the world size and the device type it is given."""
 
 
-class _DefaultMesh(BaseException):
-    """Raised where fully_shard would build its default mesh (a BaseException: ``except Exception`` lets it by)."""
-
-
-def _shard_problem() -> tuple[torch.nn.Sequential, torch.Tensor]:
-    """The exercise's model, three linear layers with ReLUs between them, and a batch to run it on."""
-    with torch.random.fork_rng(devices=[]):  # the caller's random state stays as it was
+def _shard_problem(device_type: str) -> tuple[torch.nn.Sequential, torch.Tensor]:
+    """The exercise's model, three linear layers with ReLUs between them, built on ``device_type``, and a batch."""
+    with torch.random.fork_rng(devices=[]), torch.device(device_type):  # the caller's random state stays as it was
         torch.manual_seed(0)
         model = torch.nn.Sequential(
             torch.nn.Linear(8, 6), torch.nn.ReLU(), torch.nn.Linear(6, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3)
@@ -27,15 +25,41 @@ def _shard_problem() -> tuple[torch.nn.Sequential, torch.Tensor]:
         return model, torch.randn(4, 8)
 
 
-def _shard_rank(shard: Callable, rank: int, store: str, conn: Any) -> None:
-    """One rank of check_fully_shard, in a forked process: join a gloo group, call ``shard``, send back what it made
-    of the model. fully_shard's default mesh is made to raise, so that a call without ``mesh=`` shows on any machine
-    (that default picks CUDA whenever CUDA is present)."""
+def _meta_as_a_device() -> None:
+    """Lets ``meta`` stand for an accelerator in this process: init_device_mesh and fully_shard look up a device type's
+    module (``torch.cuda`` for cuda) for its current device; meta has none, so it gets one that answers index 0."""
+    import types
+
+    if not hasattr(torch, "meta"):
+        module = types.SimpleNamespace(
+            current_device=lambda: 0,
+            device_count=lambda: 1,
+            is_available=lambda: True,
+            is_initialized=lambda: True,
+            set_device=lambda index: None,
+        )
+        torch._register_device_module("meta", module)
+
+
+def _reference_shard(model: torch.nn.Module, device: torch.device) -> None:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def _shard_rank(shard: Callable, rank: int, world: int, device_type: str, store: str, conn: Any) -> None:
+    """One rank of check_fully_shard, in a forked process: join a gloo group of ``world``, call
+    ``shard(model, torch.device(device_type))``, send back what it made of the model."""
     import copy
     import os
     import sys
     from datetime import timedelta
-    from unittest import mock
 
     import torch.distributed as dist
     from torch.distributed.fsdp import FSDPModule
@@ -44,38 +68,37 @@ def _shard_rank(shard: Callable, rank: int, store: str, conn: Any) -> None:
     sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the process's own, closed at exit)
     os.dup2(sys.stdout.fileno(), 1)  # and what gloo's C++ code writes (torch 2.8 greets each peer there)
     os.dup2(sys.stdout.fileno(), 2)
-    report: dict[str, Any] = {"rank": rank, "error": None, "default_mesh": False}
-
-    def default_accelerator() -> torch.device:
-        raise _DefaultMesh
-
+    report: dict[str, Any] = {"rank": rank, "world": world, "device": device_type, "error": None, "usable": True}
     try:
         timeout = timedelta(seconds=20)  # a rank that skips a collective: an error, not a hang
-        dist.init_process_group(
-            "gloo", init_method=f"file://{store}", rank=rank, world_size=SHARD_WORLD, timeout=timeout
-        )
-        model, X = _shard_problem()
-        expected = copy.deepcopy(model)(X).detach()
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world, timeout=timeout)
+        device = torch.device(device_type)
+        if device_type != "cpu":
+            _meta_as_a_device()
+            try:  # the checker's own answer first: a torch on which meta cannot stand in skips this run
+                _reference_shard(_shard_problem(device_type)[0], device)
+            except Exception:  # whatever this torch raises: the run is not used, the learner is not judged by it
+                report["usable"] = False
+                conn.send(report)
+                return
+        model, X = _shard_problem(device_type)
+        expected = copy.deepcopy(model)(X).detach() if device_type == "cpu" else None
         try:
-            with mock.patch.object(torch._C, "_get_accelerator", default_accelerator):
-                returned = shard(model, torch.device("cpu"))
-        except _DefaultMesh:
-            report["default_mesh"] = True
+            returned = shard(model, device)
         except Exception as err:  # the learner's code: the error goes back as text
             report["error"] = first_line(err)
         linears = [m for m in model if isinstance(m, torch.nn.Linear)]
-        report["returned_model"] = returned is model if not (report["error"] or report["default_mesh"]) else True
+        report["returned_model"] = report["error"] is not None or returned is model
         report["root"] = isinstance(model, FSDPModule)
         report["layers"] = [isinstance(m, FSDPModule) for m in linears]
         report["meshes"] = sorted({p.device_mesh.device_type for p in model.parameters() if hasattr(p, "device_mesh")})
+        report["mesh_sizes"] = sorted({p.device_mesh.size() for p in model.parameters() if hasattr(p, "device_mesh")})
         report["local_rows"] = [
             list(p.to_local().shape)[0] if hasattr(p, "to_local") else None for p in model.parameters()
         ]
         report["full_rows"] = [p.shape[0] for p in model.parameters()]
-        if report["root"] and all(report["layers"]) and not report["error"] and not report["default_mesh"]:
-            state = model._get_fsdp_state()
-            group = state._fsdp_param_group
-            report["root_params"] = 0 if group is None else len(group.fsdp_params)
+        sharded = report["root"] and all(report["layers"]) and not report["error"]
+        if sharded and expected is not None and report["meshes"] == [device_type]:
             report["output_gap"] = (model(X).detach() - expected).abs().max().item()
         conn.send(report)
     except Exception as err:  # the group itself, or reading the model: the error goes back as text
@@ -86,19 +109,32 @@ def _shard_rank(shard: Callable, rank: int, store: str, conn: Any) -> None:
             dist.destroy_process_group()
 
 
+def _rows(full: int, world: int, rank: int) -> int:
+    """The rows of a ``full``-row parameter that rank ``rank`` of ``world`` holds: ``torch.chunk``'s pieces."""
+    piece = -(-full // world)
+    return max(0, min(piece, full - rank * piece))
+
+
 def _shard_hint(report: dict) -> str | None:
     """The first thing wrong with what one rank's ``shard`` made of the model."""
-    layers, root = report["layers"], report["root"]
-    if report["default_mesh"]:
+    layers, root, world, device_type = report["layers"], report["root"], report["world"], report["device"]
+    if report["meshes"] and report["meshes"] != [device_type]:
         return (
-            "a fully_shard call had no mesh=: its default mesh picks CUDA whenever CUDA is present, even for CPU "
-            "processes; make mesh = init_device_mesh(device.type, (world_size,)) and pass mesh=mesh to every call"
+            f"the parameters sit on a {report['meshes']} mesh, and the device given was {device_type!r}: make the "
+            "mesh with device.type and pass mesh=mesh to every fully_shard call (without mesh=, fully_shard makes "
+            "its own on the accelerator it finds, CUDA whenever CUDA is present)"
         )
     if report["error"]:
         if root and not any(layers):
             return (
                 f"{report['error']}: the whole model was sharded first; shard each Linear first, then the whole "
                 "model, which takes the parameters no layer took"
+            )
+        if device_type != "cpu" or "cuda" in report["error"].lower():
+            return (
+                f"shard raised {report['error']}: take the mesh's device type and size from what is given, "
+                "init_device_mesh(device.type, (dist.get_world_size(),)), and pass mesh=mesh to every fully_shard "
+                "call (without it, fully_shard makes its own mesh on the accelerator it finds)"
             )
         return f"shard raised {report['error']}"
     if not any(layers) and not root:
@@ -110,18 +146,16 @@ def _shard_hint(report: dict) -> str | None:
         )
     if not root:
         return "the layers are sharded but not the model: end with fully_shard(model, mesh=mesh)"
-    if report["meshes"] != ["cpu"]:
-        return f"the parameters sit on a {report['meshes']} mesh; name the mesh with device.type (here 'cpu')"
     if not report["returned_model"]:
         return "return the model you sharded (fully_shard changes it in place and returns it)"
-    first = [(rows + SHARD_WORLD - 1) // SHARD_WORLD for rows in report["full_rows"]]  # rank 0's rows of each
-    expected = first if report["rank"] == 0 else [rows - f for rows, f in zip(report["full_rows"], first, strict=True)]
-    if report["local_rows"] != expected:
+    expected = [_rows(rows, world, report["rank"]) for rows in report["full_rows"]]
+    if report["local_rows"] != expected or report["mesh_sizes"] != [world]:
         return (
-            f"each rank should hold about 1/{SHARD_WORLD} of each parameter's rows; it holds {report['local_rows']} "
-            f"of {report['full_rows']}: the mesh spans every rank, (world_size,)"
+            f"each of the {world} processes should hold about 1/{world} of each parameter's rows; this one holds "
+            f"{report['local_rows']} of {report['full_rows']}: the mesh spans every process, "
+            "(dist.get_world_size(),)"
         )
-    if report.get("output_gap", 1.0) > 1e-6:
+    if report.get("output_gap", 0.0) > 1e-6:
         return f"the sharded model's output differs from the model's by {report['output_gap']:.1e}"
     return None
 
@@ -129,28 +163,32 @@ def _shard_hint(report: dict) -> str | None:
 @exercise("14_fully_shard", "shard a model with fully_shard, each layer and then the root", function=True)
 def check_fully_shard(shard: Callable | None) -> str | None:
     """``shard(model, device)``, called on every rank of a process group, applies fully_shard to each nn.Linear of the
-    Sequential ``model`` and then to the model itself, all on one named mesh over every rank, and returns the model.
-    Run in two forked CPU processes (gloo)."""
+    Sequential ``model`` and then to the model itself, all on one mesh over every rank named with ``device.type``, and
+    returns the model. Run twice in forked processes joined by gloo (``SHARD_RUNS``): two ranks given the CPU, then
+    three given ``meta``, a device type that no answer written for the CPU can match by chance."""
     import tempfile
     from pathlib import Path
 
     import torch._dynamo  # noqa: F401  before any process group (helpers.distributed.leaving_cleanly says why)
 
-    with tempfile.TemporaryDirectory() as folder:
-        store = str(Path(folder) / "store")
-        reports = ranks_in_processes(
-            _shard_rank,
-            lambda r: (shard, r, store),
-            SHARD_WORLD,
-            timeout=90,
-            stuck="does every rank call fully_shard on the same modules?",
-        )
-    if isinstance(reports, str):
-        return reports
-    for rank, report in enumerate(reports):
-        hint = _shard_hint(report)
-        if hint:
-            return hint if rank == 0 else f"rank {rank}: {hint}"
+    for world, device_type in SHARD_RUNS:
+        with tempfile.TemporaryDirectory() as folder:
+            store = str(Path(folder) / "store")
+            reports = ranks_in_processes(
+                _shard_rank,
+                lambda r, world=world, device_type=device_type, store=store: (shard, r, world, device_type, store),
+                world,
+                timeout=90,
+                stuck="does every rank call fully_shard on the same modules?",
+            )
+        if isinstance(reports, str):
+            return reports
+        if not all(report["usable"] for report in reports):
+            continue  # this torch cannot stand meta in for a device; the CPU run has judged the answer
+        for rank, report in enumerate(reports):
+            hint = _shard_hint(report)
+            if hint:
+                return f"{world} processes given torch.device({device_type!r}), rank {rank}: {hint}"
     return None
 
 

@@ -101,6 +101,37 @@ def mesh_of_one(model, device):
     return model
 
 
+def cpu_mesh_of_two(model, device):  # the mesh written for the lesson's machine: two CPU processes
+    mesh = init_device_mesh("cpu", (2,))
+    for layer in _layers(model):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def cpu_mesh(model, device):  # the world size asked for, the device type typed in
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for layer in _layers(model):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def two_processes(model, device):  # the device type asked for, the world size typed in
+    mesh = init_device_mesh(device.type, (2,))
+    for layer in _layers(model):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def layers_without_mesh(model, device):  # the root on the mesh, the layers on fully_shard's default one
+    for layer in _layers(model):
+        fully_shard(layer)
+    fully_shard(model, mesh=_mesh(device))
+    return model
+
+
 def returns_nothing(model, device):
     reference(model, device)
 
@@ -109,13 +140,56 @@ def raises(model, device):
     raise ValueError("not written yet")
 
 
-def test_fully_shard_reference_passes() -> None:
+def written_otherwise(model, device):  # other names and calls for the same sharding
+    import torch.distributed.device_mesh as device_mesh
+    from torch.distributed import get_world_size
+
+    mesh = device_mesh.init_device_mesh(device_type=device.type, mesh_shape=(get_world_size(),), mesh_dim_names=("dp",))
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            fully_shard(module, mesh=mesh, reshard_after_forward=True)
+    return fully_shard(model, mesh=mesh)
+
+
+def test_fully_shard_reference_passes(capsys: pytest.CaptureFixture[str]) -> None:
     assert CHECKERS["14_fully_shard"](reference)
+    assert CHECKERS["14_fully_shard"](written_otherwise)
+    assert capsys.readouterr().out.count("[pass]") == 2
+
+
+@pytest.mark.parametrize(
+    ("wrong", "hint"),
+    [
+        (cpu_mesh_of_two, "3 processes given torch.device('meta')"),
+        (cpu_mesh, "the parameters sit on a ['cpu'] mesh, and the device given was 'meta'"),
+        (two_processes, "3 processes given torch.device('meta')"),
+        (layers_without_mesh, "pass mesh=mesh to every fully_shard call"),
+        (default_mesh, "pass mesh=mesh to every fully_shard call"),
+    ],
+)
+def test_fully_shard_needs_the_world_size_and_the_device_type_it_is_given(
+    wrong: Callable, hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each of these passes on two CPU processes; the run on three processes given meta tells them apart."""
+    assert not CHECKERS["14_fully_shard"](wrong)
+    out = capsys.readouterr().out
+    assert "[not yet]" in out and hint in out, out
 
 
 @pytest.mark.parametrize(
     "wrong",
-    [untouched, no_mesh, default_mesh, root_first, root_only, layers_only, mesh_of_one, returns_nothing, raises],
+    [
+        untouched,
+        no_mesh,
+        default_mesh,
+        root_first,
+        root_only,
+        layers_only,
+        mesh_of_one,
+        returns_nothing,
+        raises,
+        cpu_mesh,
+    ],
 )
 def test_fully_shard_wrong_answers_fail(wrong: Callable) -> None:
     assert not CHECKERS["14_fully_shard"](wrong)

@@ -183,8 +183,9 @@ def _tiny_backward() -> None:
 def start_method(backward: bool) -> str:
     """How to start processes that run a function of this one: "fork" (they get a copy of this process, a notebook's
     functions included) where this system forks and, for processes that call backward, where ``fork_keeps_autograd``;
-    else "spawn" (they import what they run)."""
-    forks = "fork" in multiprocessing.get_all_start_methods()
+    else "spawn" (they import what they run). Never fork on macOS: a child forked after Metal or another system
+    framework has started can crash, which is why Python spawns there by default since 3.8."""
+    forks = "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin"
     return "fork" if forks and (not backward or fork_keeps_autograd()) else "spawn"
 
 

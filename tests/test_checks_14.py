@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -193,6 +194,21 @@ def test_fully_shard_needs_the_world_size_and_the_device_type_it_is_given(
 )
 def test_fully_shard_wrong_answers_fail(wrong: Callable) -> None:
     assert not CHECKERS["14_fully_shard"](wrong)
+
+
+def test_ranks_are_spawned_on_macos_and_forked_on_linux(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks' ranks (exercises.core.ranks_in_processes) start as distributed.start_method says."""
+    from helpers import distributed
+
+    monkeypatch.setattr(distributed, "fork_keeps_autograd", lambda: True)
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert distributed.start_method(backward=False) == "spawn"
+    assert distributed.start_method(backward=True) == "spawn"
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert distributed.start_method(backward=False) == "fork"
+    assert distributed.start_method(backward=True) == "fork"
+    monkeypatch.setattr(distributed, "fork_keeps_autograd", lambda: False)
+    assert distributed.start_method(backward=True) == "spawn"
 
 
 def test_fully_shard_waits_for_a_function() -> None:

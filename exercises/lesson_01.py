@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from exercises.core import exercise, learner_code
+from exercises.core import Recorder, exercise, learner_code
 from helpers.placement import same_device
 
 
@@ -50,19 +50,26 @@ def check_add_noise(
 ) -> str | None:
     """``add_noise(x, std)`` returns ``x`` plus Gaussian noise of standard deviation ``std``, the noise made on
     ``x``'s device in ``x``'s dtype. Run on ``device`` in float32 (the noise measured), then in bfloat16 on the GPU
-    when ``device`` is one, else on the meta device, which refuses a tensor made on the CPU as a GPU does."""
+    when ``device`` is one, else on the meta device, which refuses a tensor made on the CPU as a GPU does. Off the
+    CPU, every tensor the function makes is recorded: noise made on the CPU and copied over is refused too."""
     from helpers.placement import gpu_or_meta
 
     for where, dtype in ((torch.device(device), torch.float32), (gpu_or_meta(device), torch.bfloat16)):
         x = torch.zeros(100_000, device=where, dtype=dtype)
         fix = "; make the noise with device=x.device, dtype=x.dtype (or torch.randn_like(x))"
-        with learner_code(f"for x on {where} ({dtype}) it raised ", fix):
+        with Recorder() as recorder, learner_code(f"for x on {where} ({dtype}) it raised ", fix):
             out = add_noise(x, 0.5)
         if not isinstance(out, torch.Tensor):
             return f"add_noise should return a tensor, got {type(out).__name__}"
         if not same_device(out.device, where) or out.dtype != dtype or out.shape != x.shape:
             got = f"{out.device}, {out.dtype}, {tuple(out.shape)}"
             return f"for x on {where} in {dtype} it returned {got}: the noise must follow x"
+        on_cpu = [func for func, device_type, numel in recorder.made if device_type == "cpu" and numel > 1]
+        if where.type != "cpu" and on_cpu:
+            return (
+                f"for x on {where}, {on_cpu[0]} made a tensor of noise on the CPU, which was then copied over: "
+                "a copy on every call; make it where x is, with device=x.device, dtype=x.dtype (or torch.randn_like(x))"
+            )
         if where.type != "meta":
             noise = (out - x).float()
             mean, std = noise.mean().item(), noise.std().item()

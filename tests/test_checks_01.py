@@ -1,6 +1,7 @@
 """Lesson 01 checkers: each accepts the reference solution and rejects wrong answers."""
 
 import torch
+from torch import randn_like
 
 from exercises.checks import CHECKERS
 
@@ -57,10 +58,33 @@ def noise_reference(x, std):
     return x + torch.randn(x.shape, device=x.device, dtype=x.dtype) * std
 
 
+def noise_made_then_copied(x, std):  # right device and dtype, but made on the CPU and copied on every call
+    return x + (torch.randn(x.shape) * std).to(x.device, x.dtype)
+
+
+def noise_made_then_copied_in_two_steps(x, std):
+    noise = torch.randn(x.shape, dtype=x.dtype) * std
+    return x + noise.to(device=x.device)
+
+
+def noise_filled_in_place(x, std):  # another right answer: an empty tensor on x's device, filled there
+    return x + x.new_empty(x.shape).normal_(0.0, std)
+
+
+def noise_imported_by_name(x, std):
+    return x + randn_like(x) * std
+
+
+def noise_from_normal(x, std):
+    return x + torch.normal(0.0, std, size=x.shape, device=x.device, dtype=x.dtype)
+
+
 def test_device_agnostic_noise(capsys):
     check = CHECKERS["01_device_agnostic_noise"]
     assert check(noise_reference, DEVICE) is True
     assert check(lambda x, std: x + torch.randn_like(x) * std, DEVICE) is True
+    for right in (noise_filled_in_place, noise_imported_by_name, noise_from_normal):
+        assert check(right, DEVICE) is True, right.__name__
     assert check(None, DEVICE) is False
     capsys.readouterr()
     # Without a GPU the meta device is what refuses the CPU-made noise, so this fails on a CPU-only machine too.
@@ -97,3 +121,11 @@ def test_noise_checker_leaves_the_gpu_alone_when_the_lesson_runs_on_the_cpu(monk
     capsys.readouterr()
     assert check(noise_made_on_the_cpu, DEVICE) is False
     assert "meta" in capsys.readouterr().out
+
+
+def test_noise_made_on_the_cpu_and_copied_over_fails_on_a_cpu_only_machine(capsys):
+    check = CHECKERS["01_device_agnostic_noise"]
+    for wasteful in (noise_made_then_copied, noise_made_then_copied_in_two_steps):
+        assert check(wasteful, DEVICE) is False, wasteful.__name__
+        out = capsys.readouterr().out
+        assert "[not yet]" in out and "made a tensor of noise on the CPU" in out and "randn_like" in out, out

@@ -4,11 +4,11 @@
 
 torchrun restarts every worker of the group when one of them dies (``--max-restarts``). Each start of this script
 loads the newest checkpoint, if there is one, and goes on from there: the model, the optimizer and the learning-rate
-schedule, the epoch and the position inside it, and each rank's random state. Rank 0 writes the checkpoint atomically
-(helpers.checkpoints: a temporary file, then a rename), and every rank waits at a barrier until it is written, so no
-rank runs ahead of a checkpoint that might not exist. ``--crash-rank R --crash-at S`` kills rank R at step S in the
-group's first attempt (the rehearsal of a worker that dies); the loss of every step goes to ``losses.jsonl`` with the
-attempt that computed it.
+schedule, the epoch and the position inside it, and each rank's random state (its CPU generator's and, on a GPU, that
+GPU's). Rank 0 writes the checkpoint atomically (helpers.checkpoints: a temporary file, then a rename), and every rank
+waits at a barrier until it is written, so no rank runs ahead of a checkpoint that might not exist. ``--crash-rank R
+--crash-at S`` kills rank R at step S in the group's first attempt (the rehearsal of a worker that dies); the loss of
+every step goes to ``losses.jsonl`` with the attempt that computed it.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def train(args, data, device: torch.device) -> None:
 
     if (out / CHECKPOINT).exists():
         state = load_checkpoint(out / CHECKPOINT, map_location=device)  # each rank onto its own device
-        step, epoch, position = resume(state, model.module, optimizer, schedule, rank)
+        step, epoch, position = resume(state, model.module, optimizer, schedule, rank, device)
         say(f"[rank {rank}] attempt {attempt}: resumed at step {step} (epoch {epoch}, batch {position})")
     elif rank == 0:
         say(f"[rank {rank}] attempt {attempt}: no checkpoint in {out}, starting at step 0")
@@ -113,7 +113,7 @@ def train(args, data, device: torch.device) -> None:
                 with open(out / LOSSES, "a") as log:
                     log.write(json.dumps({"step": step, "loss": mean.item() / world_size, "attempt": attempt}) + "\n")
             if step % args.every == 0 or step == args.steps:
-                checkpoint(out, model, optimizer, schedule, step, epoch, position)
+                checkpoint(out, model, optimizer, schedule, step, epoch, position, device)
             if step == args.steps:
                 break
         else:
@@ -124,20 +124,38 @@ def train(args, data, device: torch.device) -> None:
         say(f"[rank 0] finished {step} steps in attempt {attempt}; largest difference from rank 0's weights {gap:.1e}")
 
 
-def resume(state: dict, model: nn.Module, optimizer, schedule, rank: int) -> tuple[int, int, int]:
-    """Put a checkpoint's state back into a fresh model, optimizer and schedule, and this rank's random state; the
-    steps done, the epoch under way and the batches of it already used."""
+def random_state(device: torch.device) -> dict[str, torch.Tensor]:
+    """This process's random state: the CPU generator's and, on a GPU, that GPU's, from which dropout and every other
+    random op on the GPU draw."""
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_random_state(state: dict[str, torch.Tensor], device: torch.device) -> None:
+    """Put back what ``random_state`` saved: the CPU generator's state, and the GPU's onto this process's GPU."""
+    torch.set_rng_state(state["cpu"].cpu())  # map_location moved it to the device; the generators take a CPU one
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"].cpu(), device)
+
+
+def resume(state: dict, model: nn.Module, optimizer, schedule, rank: int, device: torch.device) -> tuple[int, int, int]:
+    """Put a checkpoint's state back into a fresh model, optimizer and schedule, and this rank's random state onto
+    ``device``; the steps done, the epoch under way and the batches of it already used."""
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     schedule.load_state_dict(state["schedule"])
-    torch.set_rng_state(state["rng"][rank].cpu())  # map_location moved it to the device; this generator takes a CPU one
+    set_random_state(state["rng"][rank], device)
     return state["step"], state["epoch"], state["position"]
 
 
-def checkpoint(out: Path, model: DDP, optimizer, schedule, step: int, epoch: int, position: int) -> None:
+def checkpoint(
+    out: Path, model: DDP, optimizer, schedule, step: int, epoch: int, position: int, device: torch.device
+) -> None:
     """Rank 0 writes everything a restart needs; every rank waits until it is on disk."""
     rng = [None] * dist.get_world_size()
-    dist.all_gather_object(rng, torch.get_rng_state())  # each rank's own random state
+    dist.all_gather_object(rng, random_state(device))  # each rank's own random state, its GPU's too
     if dist.get_rank() == 0:
         state = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict()}
         state.update(schedule=schedule.state_dict(), step=step, epoch=epoch, position=position, rng=rng)

@@ -60,7 +60,9 @@ def test_the_helper_resume_does_what_the_exercise_asks() -> None:
     import torch
 
     def resume(state, model, optimizer, schedule):
-        return elastic_train.resume({**state, "rng": [torch.get_rng_state()]}, model, optimizer, schedule, 0)
+        cpu = torch.device("cpu")
+        rng = [elastic_train.random_state(cpu)]
+        return elastic_train.resume({**state, "rng": rng}, model, optimizer, schedule, 0, cpu)
 
     assert CHECKERS["13_resume"](resume)
 

@@ -1,4 +1,8 @@
-"""MNIST and Fashion-MNIST through torchvision, with an offline route for machines without internet."""
+"""MNIST and Fashion-MNIST through torchvision, with an offline route for machines without internet.
+
+Importing it loads neither torchvision nor torch (the course runner checks names and folders with it before anything
+starts); the functions that read or download the data import torchvision when they run.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +17,11 @@ import struct
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torchvision
-from filelock import FileLock  # a dependency of torch itself
-from torchvision import transforms
+if TYPE_CHECKING:
+    import torchvision
+    from torchvision import transforms
 
 ENV_DATA_DIR = "COURSE_DATA_DIR"
 ENV_DATASET = "COURSE_DATASET"
@@ -25,10 +30,18 @@ DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")  # the .gz file
 RAW_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 DATASETS = {
-    "MNIST": {"cls": torchvision.datasets.MNIST, "mean": 0.1307, "std": 0.3081},
-    "FashionMNIST": {"cls": torchvision.datasets.FashionMNIST, "mean": 0.2860, "std": 0.3530},
+    "MNIST": {"mean": 0.1307, "std": 0.3081},
+    "FashionMNIST": {"mean": 0.2860, "std": 0.3530},
 }
-"""Per-dataset class and the mean and standard deviation of the training pixels (scaled to [0, 1])."""
+"""Per-dataset mean and standard deviation of the training pixels (scaled to [0, 1]); ``dataset_class`` gives the
+torchvision class of the same name."""
+
+
+def dataset_class(name: str) -> type[torchvision.datasets.MNIST]:
+    """torchvision's class for ``name`` (``torchvision.datasets.MNIST`` or ``.FashionMNIST``)."""
+    import torchvision
+
+    return getattr(torchvision.datasets, canonical_name(name))
 
 
 class DatasetUnavailableError(FileNotFoundError):
@@ -78,7 +91,7 @@ def _unusable_root(root: str | os.PathLike | None, exc: OSError, folder: Path) -
     else:
         origin, fix = "the default data folder", f"set {ENV_DATA_DIR} to a folder you can write to"
     base = data_dir(root)
-    blocker = next((p for p in [base, *base.parents] if p.exists() and not p.is_dir()), None)
+    blocker = _blocker(base)
     if blocker is not None:
         why = f"{blocker} is a file, not a folder"
     elif isinstance(exc, PermissionError):
@@ -89,6 +102,25 @@ def _unusable_root(root: str | os.PathLike | None, exc: OSError, folder: Path) -
         f"Cannot use the data folder {base} ({origin}): {why}. "
         f"Fix: {fix}; the data is unpacked or downloaded there once."
     )
+
+
+def _blocker(folder: Path) -> Path | None:
+    """The file that stands where ``folder`` or one of the folders above it should be, if any."""
+    return next((p for p in [folder, *folder.parents] if p.exists() and not p.is_dir()), None)
+
+
+def data_dir_problem(root: str | os.PathLike | None = None) -> str | None:
+    """Why the data root cannot hold the data, with who chose it and the fix (the message ``DataDirError`` carries);
+    None when it can. Looks without writing: a file where a folder must be, or a folder still to be made under one
+    this user cannot write to. A read-only root is fine as long as it holds the data."""
+    base = data_dir(root)
+    if _blocker(base) is not None:
+        return str(_unusable_root(root, NotADirectoryError(), base))
+    if not base.exists():
+        parent = next(p for p in base.parents if p.exists())
+        if not os.access(parent, os.W_OK | os.X_OK):
+            return str(_unusable_root(root, PermissionError(), parent))
+    return None
 
 
 def raw_dir(name: str, root: str | os.PathLike | None = None) -> Path:
@@ -113,8 +145,10 @@ def idx_problem(path: Path) -> str | None:
             if len(magic) < 4 or magic[:2] != b"\0\0" or magic[2] not in IDX_ITEM_BYTES or not 1 <= magic[3] <= 4:
                 return f"not an IDX data file ({size:,} bytes, wrong header)"
             dims = f.read(4 * magic[3])
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a file where one of the folders above it should be
         return "missing"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
     if len(dims) < 4 * magic[3]:
         return f"cut short ({size:,} bytes)"
     expected = 4 + len(dims) + math.prod(struct.unpack(f">{magic[3]}I", dims)) * IDX_ITEM_BYTES[magic[2]]
@@ -147,6 +181,8 @@ def _writable(folder: Path, root: str | os.PathLike | None) -> None:
 def _preparation_lock(name: str, root: str | os.PathLike | None) -> Iterator[None]:
     """Hold an exclusive lock on ``<root>/<name>/.prepare.lock`` while this process writes the data files; another
     process that wants to write them waits. The OS releases the lock when its holder ends, even when killed."""
+    from filelock import FileLock  # a dependency of torch itself
+
     folder = data_dir(root) / canonical_name(name)
     _writable(folder, root)
     lock = FileLock(folder / ".prepare.lock")
@@ -211,7 +247,7 @@ def downloadable(name: str, timeout: float = 5.0) -> bool:
     """Whether the first download mirror of ``name`` answers within ``timeout`` seconds."""
     import urllib.request
 
-    cls = DATASETS[canonical_name(name)]["cls"]
+    cls = dataset_class(name)
     url = cls.mirrors[0] + cls.resources[0][0]
     try:
         with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
@@ -242,7 +278,7 @@ def _download(name: str, root: str | os.PathLike | None, train: bool) -> dict[Pa
             quiet = io.StringIO()
             try:
                 with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-                    DATASETS[name]["cls"](root=str(data_dir(root)), train=train, download=True)
+                    dataset_class(name)(root=str(data_dir(root)), train=train, download=True)
             except Exception as exc:  # torchvision raises RuntimeError or URLError depending on where it fails
                 reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
                 raise DatasetUnavailableError(_missing_message(name, data_dir(root), reason)) from None
@@ -251,6 +287,8 @@ def _download(name: str, root: str | os.PathLike | None, train: bool) -> dict[Pa
 
 def standard_transform(name: str) -> transforms.Compose:
     """ToTensor then Normalize with the dataset's own mean and standard deviation."""
+    from torchvision import transforms
+
     stats = DATASETS[canonical_name(name)]
     return transforms.Compose([transforms.ToTensor(), transforms.Normalize((stats["mean"],), (stats["std"],))])
 
@@ -271,9 +309,9 @@ def load_dataset(
     name = canonical_name(name)
     given = root
     root = data_dir(root)
-    cls = DATASETS[name]["cls"]
+    cls = dataset_class(name)
     transform = standard_transform(name) if transform is None else transform
-    if any(p.exists() and not p.is_dir() for p in [root, *root.parents]):
+    if _blocker(root) is not None:
         raise _unusable_root(given, NotADirectoryError(), root)
     if not is_present(name, root):
         prepare_offline(name, given)

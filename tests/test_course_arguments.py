@@ -176,5 +176,7 @@ def test_a_python_without_a_runner_module_is_refused_with_the_fix(module, capsys
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
     err = _refused(capsys, tmp_path / "out", "--notebooks", str(lessons))
-    assert err.startswith("this Python (") and f"has no {module}, which runs the notebooks" in err
+    assert (
+        err.startswith("python -m tools.course: this Python (") and f"has no {module}, which runs the notebooks" in err
+    )
     assert ".venv/bin/python -m tools.course" in err

@@ -204,6 +204,23 @@ def test_data_dir_under_a_file(tmp_path, source, monkeypatch):
         load_dataset("FashionMNIST", verbose=False)
 
 
+def test_a_data_dir_that_is_a_file_is_a_problem_named_and_holds_no_dataset(tmp_path, monkeypatch):
+    """What the course runner asks before it starts: the fix for the folder, and no NotADirectoryError on the way."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    for blocked in (a_file, a_file / "data"):
+        monkeypatch.setenv(data.ENV_DATA_DIR, str(blocked))
+        assert data.is_present("MNIST") is False and data.is_present("FashionMNIST") is False
+        assert set(data.file_problems("MNIST").values()) == {"missing"}
+        assert data.data_dir_problem() == (
+            f"Cannot use the data folder {blocked} (set by COURSE_DATA_DIR={str(blocked)!r}): {a_file} is a file, not "
+            "a folder. Fix: point COURSE_DATA_DIR at a folder you can write to (it is created if missing), or unset "
+            "it; the data is unpacked or downloaded there once."
+        )
+    monkeypatch.setenv(data.ENV_DATA_DIR, str(tmp_path / "new" / "data"))
+    assert data.data_dir_problem() is None  # a folder still to be made is fine
+
+
 def test_root_argument_that_is_a_file_names_the_argument(tmp_path, source):
     a_file = tmp_path / "notes.txt"
     a_file.write_text("x")

@@ -23,6 +23,10 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import nbformat
 
 FIX_PYTHON = (
     "run it from the clone's root with the course's environment: .venv/bin/python -m tools.course ... (the set-up is "
@@ -30,14 +34,10 @@ FIX_PYTHON = (
 )
 """How to start the runner where it was started with a Python that lacks what it needs."""
 
-try:  # torch comes with helpers: the first seconds of a run
-    import nbformat
-
+try:  # neither torch nor nbformat (seconds each): every argument is checked in a fraction of a second
     import helpers
-    from helpers import arguments, devices
-    from helpers.data import ENV_DATASET, canonical_name
-    from helpers.devices import ENV_DEVICE
-    from helpers.lesson import ENV_QUICK, ParameterError, env_flag
+    from helpers import arguments
+    from helpers.data import ENV_DATASET, canonical_name, data_dir_problem
     from tools.execute import (
         ROOT,
         Result,
@@ -62,6 +62,11 @@ except KeyboardInterrupt:
         raise
     print("Stopped by SIGINT before any notebook started.", file=sys.stderr)
     sys.exit(128 + signal.SIGINT)
+
+ENV_QUICK = "COURSE_QUICK"
+"""helpers.lesson.ENV_QUICK, named here so that checking it needs no torch (a test holds the two together)."""
+ENV_DEVICE = "COURSE_DEVICE"
+"""helpers.devices.ENV_DEVICE, likewise."""
 
 NOTEBOOKS = ROOT / "notebooks"
 
@@ -116,21 +121,16 @@ def clean_for_commit(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 
 def _device_problem(device: str) -> str | None:
-    """Why ``device`` cannot be used here, or None. A child process checks, so this one never holds a GPU context."""
-    if device.strip().lower() == "auto":
-        return None
-    try:
-        kind = devices._parse_device_request(device).type
-    except ValueError as exc:
-        return str(exc)
-    if kind == "cpu":
+    """Why ``device`` cannot be used here, or None. "auto" and "cpu" always can; any other name is parsed and checked
+    by helpers.devices in a child process, so this one neither loads torch nor holds a GPU context."""
+    if device.strip().lower() in ("auto", "cpu"):
         return None
     check = (
         "import sys\n"
         "from helpers import devices\n"
         "try:\n"
         "    devices.validate(sys.argv[1])\n"
-        "except (devices.DeviceUnavailableError, ValueError) as exc:\n"
+        "except (devices.DeviceUnavailableError, ValueError, TypeError) as exc:\n"
         "    print(exc)\n"
         "    sys.exit(3)\n"
     )
@@ -157,12 +157,28 @@ def _course_setup_missing() -> bool:
         sys.path[:] = saved
 
 
+def _quick_problem() -> str | None:
+    """Why $COURSE_QUICK is not a yes/no value (helpers.lesson.env_flag's words), or None."""
+    raw = os.environ.get(ENV_QUICK, "")
+    if not raw.strip() or arguments.parse_flag(raw) is not None:
+        return None
+    return (
+        f"{ENV_QUICK}={raw!r} is set in the environment, but it is not a yes/no value. Set it to one of 1/0, "
+        "true/false, yes/no, on/off (any case), or unset it."
+    )
+
+
 def check_arguments(args: argparse.Namespace) -> list[Path]:
-    """The notebooks to run, once every argument and COURSE_* variable is known to be usable; else UsageError."""
+    """The notebooks to run, once every argument and COURSE_* variable is known to be usable; else UsageError.
+
+    Only the device check loads torch, in a child process and last: every other refusal comes at once."""
     # what runs the notebooks, each in a kernel of this Python, and ends what each started
-    for module in ("papermill", "ipykernel", "psutil"):
+    for module in ("nbformat", "torch", "papermill", "ipykernel", "psutil"):
         if importlib.util.find_spec(module) is None:
-            raise UsageError(f"this Python ({sys.executable}) has no {module}, which runs the notebooks; {FIX_PYTHON}.")
+            raise UsageError(
+                f"python -m tools.course: this Python ({sys.executable}) has no {module}, which runs the notebooks; "
+                f"{FIX_PYTHON}."
+            )
     if _course_setup_missing():
         raise UsageError(
             f"this Python ({sys.executable}) has an install of the course that predates course_setup, which every "
@@ -211,11 +227,11 @@ def check_arguments(args: argparse.Namespace) -> list[Path]:
             f"helpers` finds {elsewhere} (a virtual environment shared with another clone?). Run "
             f"`.venv/bin/pip install --no-deps -e .` in {ROOT}, then run again."
         )
-    if not (args.quick or args.write_back):
-        try:
-            env_flag(ENV_QUICK)
-        except ParameterError as exc:
-            raise UsageError(f"{exc} (Or pass --quick.)") from None
+    if not (args.quick or args.write_back) and (problem := _quick_problem()):
+        raise UsageError(f"{problem} (Or pass --quick.)")
+    problem = data_dir_problem()
+    if problem:
+        raise UsageError(problem)
     if args.device:
         problem = _device_problem(args.device)
         if problem:
@@ -240,7 +256,9 @@ def run(args: argparse.Namespace) -> int:
             if not signals.received:
                 output_dir = Path(args.output)
                 with output_lock(output_dir):
-                    return _run(args, paths, output_dir, signals)
+                    _settings(args)
+                    if not signals.received:
+                        return _run(args, paths, output_dir, signals)
         except UsageError as exc:
             if not signals.received:
                 print(exc, file=sys.stderr)
@@ -249,7 +267,8 @@ def run(args: argparse.Namespace) -> int:
         return 128 + signals.received
 
 
-def _run(args: argparse.Namespace, paths: list[Path], output_dir: Path, signals: Signals) -> int:
+def _settings(args: argparse.Namespace) -> None:
+    """Set the COURSE_* variables every lesson's kernel inherits; choose Fashion-MNIST where MNIST cannot be had."""
     if args.quick:
         os.environ[ENV_QUICK] = "1"
     if args.device:
@@ -261,6 +280,9 @@ def _run(args: argparse.Namespace, paths: list[Path], output_dir: Path, signals:
     if ENV_DATASET not in os.environ:
         fall_back_to_offline_data()
 
+
+def _run(args: argparse.Namespace, paths: list[Path], output_dir: Path, signals: Signals) -> int:
+    import nbformat
     from tqdm.auto import tqdm
 
     results = []

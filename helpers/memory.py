@@ -4,15 +4,26 @@ PyTorch reports these figures for CUDA, MPS (no peaks) and, through ``torch.acce
 
 from __future__ import annotations
 
+import copy
 import functools
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers.text import format_bytes
+
+INT32_MAX = 2**31 - 1
+"""The most elements a CUDA kernel that counts them in a 32-bit ``int`` can take."""
+
+INT32_COUNTED = frozenset({"aten::max_pool2d_with_indices"})
+"""Operators whose CUDA kernel counts the elements of its output in a 32-bit ``int``: above ``INT32_MAX`` it raises
+``RuntimeError: integer out of range`` (``safe_downcast<int, int64_t>(output.numel())`` in PyTorch's
+``aten/src/ATen/native/cuda/DilatedMaxPool2d.cu``), however much memory is free. The convolutions, element-wise
+operators and matrix products of the course's models split or index such sizes in 64 bits."""
 
 
 @dataclass(frozen=True)
@@ -96,12 +107,61 @@ def release_cached_memory(device: str | torch.device | None = None) -> None:
         torch.accelerator.empty_cache()
 
 
+class _Outputs(TorchDispatchMode):
+    """Notes the number of elements of every output of the operators named in ``names``."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        super().__init__()
+        self.names = frozenset(names)
+        self.sizes: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        name = func._schema.name
+        if name in self.names:
+            outputs = out if isinstance(out, (tuple, list)) else (out,)
+            largest = max((t.numel() for t in outputs if isinstance(t, torch.Tensor)), default=0)
+            self.sizes[name] = max(self.sizes.get(name, 0), largest)
+        return out
+
+
+def elements_per_sample(
+    model: torch.nn.Module, sample_shape: Iterable[int], operators: Iterable[str] = INT32_COUNTED
+) -> dict[str, int]:
+    """The elements of the largest output of each operator in ``operators`` (aten names, "aten::...") when ``model``
+    runs forward on one sample of ``sample_shape``; operators the forward does not call are left out. It runs on a
+    copy of the model on the meta device: shapes only, no memory and no arithmetic, on any machine."""
+    meta_model = copy.deepcopy(model).to("meta")
+    with _Outputs(operators) as outputs:
+        meta_model(torch.empty(1, *sample_shape, device="meta"))
+    return outputs.sizes
+
+
+def largest_batch_within_int32(
+    model: torch.nn.Module, sample_shape: Iterable[int], operators: Iterable[str] = INT32_COUNTED
+) -> int | None:
+    """The largest batch for which every output of ``operators`` in ``model``'s forward has at most ``INT32_MAX``
+    elements (by default the outputs of max_pool2d, whose CUDA kernel stops with "integer out of range" above it);
+    None when the forward calls none of them. Outputs grow in proportion to the batch, so this is
+    ``INT32_MAX // elements per sample``: a bound for the largest-batch search that memory alone does not give on a
+    GPU with a lot of it."""
+    sizes = elements_per_sample(model, sample_shape, operators)
+    return INT32_MAX // max(sizes.values()) if sizes else None
+
+
 @dataclass(frozen=True)
 class BatchSearch:
-    """The outcome of ``largest_batch_size``: the answer and every (batch size, fitted) tried, in order."""
+    """The outcome of ``largest_batch_size``: the answer, every (batch size, fitted) tried, in order, and the
+    ``max_size`` the search was given."""
 
     largest: int
     tried: list[tuple[int, bool]] = field(repr=False)
+    max_size: int | None = None
+
+    @property
+    def stopped_at_max_size(self) -> bool:
+        """Whether ``max_size`` fitted, so that the search stopped there and not at the memory's limit."""
+        return self.max_size is not None and self.largest == self.max_size and self.smallest_failed is None
 
     @property
     def smallest_failed(self) -> int | None:
@@ -113,7 +173,8 @@ class BatchSearch:
         steps = ", ".join(f"{size} {'fits' if ok else 'OOM'}" for size, ok in self.tried)
         failed = self.smallest_failed
         bound = "no size tried ran out" if failed is None else f"{failed} ran out, {failed / self.largest - 1:.1%} more"
-        return f"largest batch size that fits: {self.largest}; {bound} ({len(self.tried)} tries: {steps})"
+        largest = f"{self.largest}, the max_size" if self.stopped_at_max_size else f"{self.largest}"
+        return f"largest batch size that fits: {largest}; {bound} ({len(self.tried)} tries: {steps})"
 
 
 def largest_batch_size(
@@ -186,4 +247,4 @@ def largest_batch_size(
     while refine and bad is not None and bad - good > max(resolution, relative * good):
         middle = (good + bad) // 2
         good, bad = (middle, bad) if fits(middle) else (good, middle)
-    return BatchSearch(largest=good, tried=tried)
+    return BatchSearch(largest=good, tried=tried, max_size=max_size)

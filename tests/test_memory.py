@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from helpers import memory
+from helpers.models import CNN
 
 
 class FakeStep:
@@ -260,8 +261,53 @@ def test_bad_relative_raises_value_error(relative):
 
 def test_the_search_says_where_it_stopped():
     fitted = memory.largest_batch_size(FakeStep(limit=10**9), 1024, max_size=2048, clear=lambda: None)
-    assert str(fitted) == "largest batch size that fits: 2048; no size tried ran out (2 tries: 1024 fits, 2048 fits)"
+    assert fitted.stopped_at_max_size
+    assert str(fitted) == (
+        "largest batch size that fits: 2048, the max_size; no size tried ran out (2 tries: 1024 fits, 2048 fits)"
+    )
     halved = memory.largest_batch_size(FakeStep(limit=300), 1024, refine=False, clear=lambda: None)
     assert str(halved) == (
         "largest batch size that fits: 256; 512 ran out, 100.0% more (3 tries: 1024 OOM, 512 OOM, 256 fits)"
     )
+
+
+POOLED_PER_IMAGE = 6 * 12 * 12  # the CNN's first max_pool2d: 6 channels of 24 x 24 pooled 2 x 2 to 12 x 12
+
+
+class Int32Step(FakeStep):
+    """A GPU with room for ``limit`` images whose max_pool2d kernel, like CUDA's, counts its output in an int32."""
+
+    def __call__(self, batch_size: int) -> None:
+        if batch_size * POOLED_PER_IMAGE > 2**31 - 1:
+            self.calls.append(batch_size)
+            raise RuntimeError("integer out of range")  # what safe_downcast<int, int64_t> raises, not an OOM
+        super().__call__(batch_size)
+
+
+def test_elements_per_sample_reads_the_pooling_outputs_of_the_cnn_on_the_meta_device():
+    model = CNN()
+    assert memory.elements_per_sample(model, (1, 28, 28)) == {"aten::max_pool2d_with_indices": POOLED_PER_IMAGE}
+    assert all(p.device.type == "cpu" for p in model.parameters())  # the model itself is not moved
+    both = memory.elements_per_sample(model, (1, 28, 28), ["aten::max_pool2d_with_indices", "aten::convolution"])
+    assert both["aten::convolution"] == 6 * 24 * 24  # the largest of the two convolutions' outputs
+
+
+def test_largest_batch_within_int32_is_where_the_pooling_output_reaches_2_31():
+    largest = memory.largest_batch_within_int32(CNN(), (1, 28, 28))
+    assert largest * POOLED_PER_IMAGE <= 2**31 - 1 < (largest + 1) * POOLED_PER_IMAGE
+    assert largest == 2_485_513
+    assert 2**21 < largest < 2**22  # 2**21 images stay within the limit, 2**22 (3.6e9 elements) do not
+    assert memory.largest_batch_within_int32(torch.nn.Linear(4, 2), (4,)) is None  # no pooling, no such bound
+
+
+def test_a_search_bounded_by_the_int32_limit_ends_there_on_a_gpu_with_room_to_spare():
+    bound = memory.largest_batch_within_int32(CNN(), (1, 28, 28))
+    roomy = Int32Step(limit=4_000_000)  # memory for more images than max_pool2d's kernel can count
+    with pytest.raises(RuntimeError, match="integer out of range"):  # doubling to 2**22 reaches the kernel's limit
+        memory.largest_batch_size(roomy, 4096, max_size=2**22, clear=lambda: None)
+    assert roomy.calls[-1] == 2**22
+    result = memory.largest_batch_size(Int32Step(limit=4_000_000), 4096, max_size=bound, clear=lambda: None)
+    assert result.largest == bound and result.stopped_at_max_size
+    assert str(result).startswith("largest batch size that fits: 2485513, the max_size; no size tried ran out")
+    tight = memory.largest_batch_size(Int32Step(limit=2_000_000), 4096, max_size=bound, clear=lambda: None)
+    assert tight.largest == 2_000_000 and not tight.stopped_at_max_size  # memory runs out first: the usual search

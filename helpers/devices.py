@@ -34,15 +34,19 @@ class DeviceUnavailableError(RuntimeError):
 
 
 def _cuda_fix() -> str:
+    """What to do where CUDA was asked for and is not available: the GPU settings of Colab and Kaggle, then this
+    machine's own reason with its fix (``why_no_cuda``: a CPU-only build, no driver, an old driver, or
+    ``CUDA_VISIBLE_DEVICES``)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    reason = why_no_cuda(torch.version.cuda, nvidia_driver(), visible)
     hints = [
         "Colab: Runtime > Change runtime type > Hardware accelerator: T4 GPU, then run the notebook again.",
         "Kaggle: Settings > Accelerator > GPU T4 x2 (not P100: PyTorch's CUDA 12.8+ builds, Kaggle's too, lack its "
         "kernels).",
-        'Local machine: install a CUDA build of PyTorch (https://pytorch.org/get-started/locally/) or use "cpu".',
+        f'Why not here: {reason} Until then, use "auto" or "cpu".',
     ]
-    if visible is not None:
-        hints.insert(0, f"CUDA_VISIBLE_DEVICES is set to {visible!r}, which hides GPUs from this process.")
+    if visible is not None and not reason.startswith("CUDA_VISIBLE_DEVICES"):
+        hints.insert(0, f"CUDA_VISIBLE_DEVICES is set to {visible!r}, which decides which GPUs this process sees.")
     return "\n  ".join(hints)
 
 
@@ -422,7 +426,13 @@ def version_problems(torch_version: str | None = None, python_version: str | Non
         )
     if _release(python_version) < PYTHON_FLOOR:
         floor = ".".join(map(str, PYTHON_FLOOR))
-        found.append(f"Python {python_version} is older than {floor}, the lowest version this course supports.")
+        found.append(
+            f"Python {python_version} is older than {floor}, the lowest version this course supports (and no PyTorch "
+            f"the course supports installs on it). Fix: make the environment with a newer Python, say "
+            f"`python3.12 -m venv .venv` (`python3 --version` names the default one; install python3.12 from your "
+            f"system's packages or python.org where it is missing), then run the set-up command again. Colab and "
+            f"Kaggle already run a newer Python."
+        )
     return found
 
 

@@ -93,7 +93,7 @@ def test_missing_cuda_names_colab_and_kaggle(no_gpu):
 
 def test_missing_cuda_mentions_visible_devices_when_set(monkeypatch, no_gpu):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    with pytest.raises(DeviceUnavailableError, match="CUDA_VISIBLE_DEVICES is set to ''"):
+    with pytest.raises(DeviceUnavailableError, match="CUDA_VISIBLE_DEVICES='' hides every GPU from this process"):
         pick_device("cuda:0")
 
 
@@ -381,3 +381,32 @@ def test_the_report_says_why_there_is_no_cuda_only_when_there_is_none() -> None:
     report["why_no_cuda"] = "because."
     text = devices.format_report(report)
     assert text.count("because.") == 1 and "\n\nWhy no CUDA: because." in text  # after the table, not in it
+
+
+@pytest.mark.parametrize(
+    ("build", "driver", "visible", "says", "never"),
+    [
+        ("13.0", None, None, "no NVIDIA driver was found", "install a CUDA build"),
+        (None, "580.65.06", None, "--index-url https://download.pytorch.org/whl/cu130", "no NVIDIA driver"),
+        ("13.0", "535.104.05", None, "older than PyTorch's CUDA 13.0 needs", "install a CUDA build"),
+        ("13.0", "580.65.06", "", "CUDA_VISIBLE_DEVICES='' hides every GPU", "install a CUDA build"),
+    ],
+)
+def test_cuda_asked_for_in_vain_names_this_machines_reason(monkeypatch, no_gpu, build, driver, visible, says, never):
+    """A CUDA build on a machine without a GPU was told to install a CUDA build: the reason is the driver or the GPU."""
+    monkeypatch.setattr(torch.version, "cuda", build)
+    monkeypatch.setattr(devices, "nvidia_driver", lambda: driver)
+    if visible is not None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    with pytest.raises(DeviceUnavailableError) as info:
+        devices.validate("cuda")
+    message = str(info.value)
+    assert says in message and never not in message
+    assert "Colab: Runtime > Change runtime type" in message  # the notebook's own platforms keep their settings
+
+
+def test_a_python_below_the_floor_is_named_with_the_fix() -> None:
+    (problem,) = devices.version_problems(torch_version="2.14.1", python_version="3.9.18")
+    assert problem.startswith("Python 3.9.18 is older than 3.10")
+    assert "Fix: make the environment with a newer Python, say `python3.12 -m venv .venv`" in problem
+    assert devices.version_problems(torch_version="2.14.1", python_version="3.10.0") == []

@@ -40,3 +40,23 @@ def test_adam_state_left_on_the_cpu_fails_on_the_gpu() -> None:
     assert adam.state[early.weight]["exp_avg"].device.type == "cpu"
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
         adam.step()
+
+
+def test_an_optimizer_built_before_a_replacing_move_updates_nothing() -> None:
+    """Section 6's last trap: with the overwrite flag on, the move makes new Parameters; the optimizer keeps the old
+    ones, which get no gradient, so its step changes neither them nor the model."""
+    torch.manual_seed(0)
+    stale = nn.Linear(3, 1)
+    sgd = torch.optim.SGD(stale.parameters(), lr=0.1)
+    old_weight, old_before = stale.weight, stale.weight.detach().clone()
+    torch.__future__.set_overwrite_module_params_on_conversion(True)
+    try:
+        stale.to(torch.float64)
+    finally:
+        torch.__future__.set_overwrite_module_params_on_conversion(False)
+    before = stale.weight.detach().clone()
+    stale(torch.randn(4, 3, dtype=torch.float64)).sum().backward()
+    sgd.step()
+    assert stale.weight is not old_weight and any(p is old_weight for p in sgd.param_groups[0]["params"])
+    assert old_weight.grad is None and stale.weight.grad is not None
+    assert torch.equal(old_weight, old_before) and torch.equal(stale.weight, before)

@@ -33,22 +33,78 @@ def check_one_hot(one_hot: Callable[[torch.Tensor, int], torch.Tensor] | None) -
     return None
 
 
-@exercise("04_device_loader", "batches arrive on the device")
-def check_device_loader(wrapped: Any, loader: Any, device: torch.device) -> str | None:
-    """A wrapper around ``loader`` with the same length whose batches arrive on ``device``."""
+class _CountedSamples(torch.utils.data.Dataset):
+    """Ten samples, (features (2,), label), that count how often they are read: a loader over them shows when a
+    wrapper draws its batches."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self.reads += 1
+        return torch.tensor([2.0 * i, 2.0 * i + 1]), torch.tensor(i)
+
+
+def _batch_tensors(batch: Any) -> list[torch.Tensor]:
+    items = batch if isinstance(batch, (list, tuple)) else [batch]
+    return [t for t in items if isinstance(t, torch.Tensor)]
+
+
+@exercise("04_device_loader", "batches arrive on the device", function=True)
+def check_device_loader(
+    on_device: Callable[[Any, torch.device], Any] | None, loader: Any, device: torch.device
+) -> str | None:
+    """``on_device(loader, device)`` wraps ``loader``: the same length, and each batch moved to ``device`` as it is
+    drawn, every pass. Called with the lesson's loader and device (first batch checked, values included), then with a
+    loader of ten counted samples and the meta device, a device no batch reaches unless it is moved there: on a
+    CPU-only machine that is what tells a wrapper that moves its batches from one that hands them on as they are."""
+    from torch.utils.data import DataLoader
+
+    device = torch.device(device)
+    fix = "wrap it: DeviceDataLoader(loader, device)"
+    with learner_code(f"on_device(loader, {device}) raised "):
+        wrapped = on_device(loader, device)
     if wrapped is loader:
-        return "that is the loader itself; wrap it in DeviceDataLoader(loader, device)"
-    with learner_code("could not take its length and first batch: "):
+        return f"that is the loader itself; {fix}"
+    with learner_code("could not take the length and first batch of what it returned: "):
         length = len(wrapped)
         first = next(iter(wrapped))
     if length != len(loader):
         return f"it has {length} batches, the loader has {len(loader)}"
-    tensors = first if isinstance(first, (list, tuple)) else [first]
-    tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
+    tensors, expected = _batch_tensors(first), _batch_tensors(next(iter(loader)))
     if not tensors:
         return "its batches hold no tensors"
-    if not all(same_device(t.device, device) for t in tensors):
-        return f"a batch tensor is on {tensors[0].device}, not {device}"
+    if len(tensors) != len(expected):
+        return f"a batch holds {len(tensors)} tensors, the loader's hold {len(expected)}: move every one"
+    if elsewhere := [str(t.device) for t in tensors if not same_device(t.device, device)]:
+        return f"a batch tensor is on {elsewhere[0]}, not {device}; {fix}"
+    if device.type != "meta" and not all(torch.equal(t.cpu(), e.cpu()) for t, e in zip(tensors, expected, strict=True)):
+        return "its first batch holds other values than the loader's first batch: move the batches, do not remake them"
+
+    samples = _CountedSamples()
+    probe, meta = DataLoader(samples, batch_size=4), torch.device("meta")  # batches of 4, 4 and 2 samples
+    with learner_code("given a loader and the meta device it raised "):
+        wrapped = on_device(probe, meta)
+        if samples.reads:
+            return (
+                f"it read {samples.reads} samples before anything asked for a batch: a wrapper draws each batch "
+                f"from the loader when the loop asks for it, so a shuffling loader reshuffles every epoch; {fix}"
+            )
+        length = len(wrapped)
+        passes = [[_batch_tensors(b) for b in wrapped] for _ in range(2)]
+    if length != len(probe):
+        return f"given a loader of {len(probe)} batches, it has {length}"
+    for n, batches in enumerate(passes, start=1):
+        if [len(b[-1]) if b else 0 for b in batches] != [4, 4, 2]:
+            return f"pass {n} over it gave {len(batches)} batches, not the loader's 3: every epoch goes through all"
+        if left := sorted({str(t.device) for b in batches for t in b if t.device != meta}):
+            return (
+                f"given the meta device, some batch tensors stayed on {', '.join(left)}: move every tensor of each "
+                f"batch to the device the function is given; {fix}"
+            )
     return None
 
 

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from exercises.checks import CHECKERS
-from helpers.transfer import DeviceDataLoader
+from helpers.transfer import DeviceDataLoader, to_device
 
 CPU = torch.device("cpu")
 META = torch.device("meta")
@@ -50,22 +50,84 @@ def _loader() -> DataLoader:
     return DataLoader(TensorDataset(torch.randn(10, 1, 28, 28), torch.arange(10)), batch_size=4)
 
 
-def test_device_loader_reference():
+def on_device(loader, device):  # the reference
+    return DeviceDataLoader(loader, device)
+
+
+class MovesBatches:  # a wrapper written by hand, passed as the class itself
+    def __init__(self, loader, device):
+        self.loader, self.device = loader, device
+
+    def __iter__(self):
+        for X, y in self.loader:
+            yield X.to(self.device), y.to(self.device)
+
+    def __len__(self):
+        return len(self.loader)
+
+
+class MovesImagesOnly(MovesBatches):
+    def __iter__(self):
+        for X, y in self.loader:
+            yield X.to(self.device), y
+
+
+class HandsBatchesOn(MovesBatches):  # has the loader's length, moves nothing
+    def __iter__(self):
+        yield from self.loader
+
+
+def test_device_loader_accepts_right_answers(capsys):
+    check = CHECKERS["04_device_loader"]
     loader = _loader()
-    assert CHECKERS["04_device_loader"](DeviceDataLoader(loader, CPU), loader, CPU) is True
-    assert CHECKERS["04_device_loader"](DeviceDataLoader(loader, META), loader, META) is True
+    for right in (on_device, DeviceDataLoader, MovesBatches, lambda loader, device: to_device_loader(loader, device)):
+        assert check(right, loader, CPU) is True
+        assert check(right, loader, META) is True
+    assert capsys.readouterr().out.count("[pass]") == 8
 
 
-def test_device_loader_wrong_answers(capsys):
+def to_device_loader(loader, device):  # DeviceDataLoader imported under its own name, keywords spelled out
+    from helpers.transfer import DeviceDataLoader as Wrapper
+
+    return Wrapper(loader=loader, device=device)
+
+
+def test_device_loader_tells_a_moving_loader_from_one_that_moves_nothing_on_a_cpu(capsys):
+    check = CHECKERS["04_device_loader"]
+    loader = _loader()
+    assert check(lambda loader, device: list(loader), loader, CPU) is False  # the answer that looked right
+    assert "samples before anything asked" in capsys.readouterr().out
+    assert check(HandsBatchesOn, loader, CPU) is False
+    assert "stayed on cpu" in capsys.readouterr().out
+    assert check(lambda loader, device: DeviceDataLoader(loader, "cpu"), loader, CPU) is False  # a fixed device
+    assert "stayed on cpu" in capsys.readouterr().out
+    assert check(MovesImagesOnly, loader, CPU) is False  # the labels left behind
+    assert "stayed on cpu" in capsys.readouterr().out
+    eager = lambda loader, device: [to_device(b, device) for b in loader]  # noqa: E731  every batch moved up front
+    assert check(eager, loader, CPU) is False
+    assert "samples before anything asked" in capsys.readouterr().out
+    assert check(lambda loader, device: (to_device(b, device) for b in loader), loader, CPU) is False  # no length
+    assert "has no len" in capsys.readouterr().out
+
+
+def test_device_loader_rejects_other_wrong_answers(capsys):
     check = CHECKERS["04_device_loader"]
     loader = _loader()
     assert check(None, loader, CPU) is False
-    assert check(loader, loader, CPU) is False  # not wrapped
+    assert "[waiting]" in capsys.readouterr().out
+    assert check(lambda loader, device: loader, loader, CPU) is False  # not wrapped
     assert "DeviceDataLoader" in capsys.readouterr().out
-    assert check(DeviceDataLoader(loader, CPU), loader, META) is False  # wrong device
-    assert check(DeviceDataLoader(_loader_of(5), META), loader, META) is False  # other length
-    assert check(42, loader, CPU) is False
-    assert check([["not a tensor"]] * 3, loader, CPU) is False
+    assert check(DeviceDataLoader(loader, CPU), loader, CPU) is False  # the wrapper, not a function that makes it
+    assert check(lambda loader, device: DeviceDataLoader(loader, CPU), loader, META) is False  # wrong device
+    assert check(lambda loader, device: DeviceDataLoader(_loader_of(5), device), loader, CPU) is False  # other length
+    assert check(lambda loader, device: 42, loader, CPU) is False
+    assert check(lambda loader, device: [["not a tensor"]] * 3, loader, CPU) is False
+
+    def remade(loader, device):  # right devices and shapes, other numbers
+        return [tuple(torch.zeros_like(t, device=device) for t in b) for b in loader]
+
+    assert check(remade, loader, CPU) is False
+    assert "other values" in capsys.readouterr().out
 
 
 def _loader_of(n: int) -> DataLoader:

@@ -35,10 +35,31 @@ def check_error_reading(argument: str | None, argument_device: str | None, messa
     return None
 
 
-@exercise("02_batch_on_device", "whole batch on the device")
-def check_batch_on_device(moved: Any, original: Any, device: torch.device) -> str | None:
-    """Every tensor of a nested batch on ``device``, same structure, shapes and values as ``original``."""
-    from helpers.placement import batch_leaves  # the walker lesson 02's report uses
+@exercise("02_batch_on_device", "whole batch on the device", function=True)
+def check_batch_on_device(
+    move: Callable[[Any, torch.device], Any] | None, original: Any, device: torch.device
+) -> str | None:
+    """``move(obj, target)`` returns the structure of ``original`` with every tensor on ``target`` and everything else
+    as it was, and leaves ``original`` itself alone. Called with the lesson's device (values compared), then with the
+    GPU when ``device`` is one, else the meta device (shapes only), which no tensor reaches unless it is moved there."""
+    from helpers.placement import batch_leaves, gpu_or_meta  # the walker lesson 02's report uses
+
+    for target in dict.fromkeys([torch.device(device), gpu_or_meta(device)]):  # one run when both are the same GPU
+        given = batch_leaves(original)
+        with learner_code(f"move(sample, {target}) raised "):
+            moved = move(original, target)
+        if [(path, id(leaf)) for path, leaf in batch_leaves(original)] != [(path, id(leaf)) for path, leaf in given]:
+            return (
+                "it changed the batch it was given: build a new dict (or list, or tuple) and leave the original alone"
+            )
+        if hint := _moved_batch_hint(moved, original, target):
+            return f"with target {target}, {hint}"
+    return None
+
+
+def _moved_batch_hint(moved: Any, original: Any, target: torch.device) -> str | None:
+    """What is wrong with ``moved`` as ``original`` with every tensor on ``target``, or None."""
+    from helpers.placement import batch_leaves
 
     if type(moved) is not type(original):
         return f"expected a {type(original).__name__}, got {type(moved).__name__}"
@@ -58,12 +79,12 @@ def check_batch_on_device(moved: Any, original: Any, device: torch.device) -> st
             continue
         if not isinstance(g, torch.Tensor):
             return f"{path} became a {type(g).__name__}"
-        if not same_device(g.device, device):
-            return f"{path} is still on {g.device}, not {device}"
+        if not same_device(g.device, target):
+            return f"{path} is still on {g.device}: move every tensor, however deep"
         if g.shape != w.shape or g.dtype != w.dtype:
             return f"{path} changed shape or dtype: was {tuple(w.shape)} {w.dtype}"
         if g.device.type != "meta" and w.device.type != "meta" and not torch.equal(g.cpu(), w.cpu()):
-            return f"{path} holds other values than the original"
+            return f"{path} holds other values than the original: move the tensor with .to(target), do not remake it"
     return None
 
 

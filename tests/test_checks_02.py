@@ -8,7 +8,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from exercises.checks import CHECKERS
+from helpers.transfer import to_device
 
+CPU, META = torch.device("cpu"), torch.device("meta")
 TESTED = {"02_read_the_error", "02_batch_on_device", "02_fix_the_train_step", "02_tensor_made_in_forward"}
 NEW = (
     "Expected all tensors to be on the same device, but got mat1 is on cpu, different from other tensors on "
@@ -54,37 +56,89 @@ def _move(obj, target):
     return obj
 
 
-def test_batch_on_device():
+def test_batch_on_device_accepts_right_answers(capsys):
     check = CHECKERS["02_batch_on_device"]
-    batch, meta = _batch(), torch.device("meta")
-    assert check(_move(batch, meta), batch, meta) is True
-    assert check(_move(batch, "cpu"), batch, torch.device("cpu")) is True
-    assert check(None, batch, meta) is False
-    assert check(batch, batch, meta) is False  # nothing moved
-    partly = _move(batch, meta)
-    partly["targets"]["labels"] = batch["targets"]["labels"]  # one nested tensor left behind
-    assert check(partly, batch, meta) is False
-    changed = _move(batch, meta)
-    changed["split"] = "test"
-    assert check(changed, batch, meta) is False
-    assert check(list(_move(batch, meta).values()), batch, meta) is False  # structure changed
-    wrong_values = _move(batch, "cpu")
-    wrong_values["images"] = torch.zeros(4, 1, 28, 28)
-    assert check(wrong_values, batch, torch.device("cpu")) is False
+    batch = _batch()
+
+    def with_pytree(obj, target):  # another walker: torch's own tree_map
+        from torch.utils._pytree import tree_map
+
+        return tree_map(lambda leaf: leaf.to(target) if isinstance(leaf, torch.Tensor) else leaf, obj)
+
+    def copied_then_moved_in_the_copy(obj, target):
+        import copy
+
+        new = copy.deepcopy(obj)
+        for key, value in new.items():
+            new[key] = _move(value, target)
+        return new
+
+    for right in (_move, with_pytree, copied_then_moved_in_the_copy, lambda obj, target: to_device(obj, target)):
+        assert check(right, batch, CPU) is True
+        assert check(right, batch, META) is True
+    assert capsys.readouterr().out.count("[pass]") == 8
+    assert batch["images"].device == CPU and batch["targets"]["labels"].device == CPU  # the sample left alone
+
+
+def test_batch_on_device_rejects_wrong_answers(capsys):
+    check = CHECKERS["02_batch_on_device"]
+    batch = _batch()
+    assert check(None, batch, CPU) is False
+    assert "[waiting]" in capsys.readouterr().out
+    assert check(_move(batch, META), batch, CPU) is False  # the moved batch, not the function that moves it
+    assert check(lambda obj, target: obj, batch, CPU) is False  # nothing moved
+    assert "still on cpu" in capsys.readouterr().out
+
+    def top_level_only(obj, target):  # the nested tensors left behind
+        return {k: v.to(target) if isinstance(v, torch.Tensor) else v for k, v in obj.items()}
+
+    assert check(top_level_only, batch, CPU) is False
+    assert "batch['targets']['labels'] is still on cpu" in capsys.readouterr().out
+    assert check(lambda obj, target: {**_move(obj, target), "split": "test"}, batch, CPU) is False
+    assert check(lambda obj, target: list(_move(obj, target).values()), batch, CPU) is False  # structure changed
+
+    def remade(obj, target):  # right devices, shapes and dtypes on meta, but zeros instead of the values
+        return _move(_map_tensors(obj, torch.zeros_like), target)
+
+    assert check(remade, batch, CPU) is False
+    assert "other values" in capsys.readouterr().out
+
+    def in_place(obj, target):  # moves the sample's own tensors, then hands it back
+        for key, value in obj.items():
+            obj[key] = _move(value, target)
+        return obj
+
+    assert check(in_place, _batch(), CPU) is False
+    assert "changed the batch it was given" in capsys.readouterr().out
+    assert check(lambda obj, target: 1 / 0, batch, CPU) is False
+    assert "ZeroDivisionError" in capsys.readouterr().out
+
+
+def _map_tensors(obj, fn):
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: _map_tensors(v, fn) for k, v in obj.items()}
+    return obj
 
 
 def test_batch_on_device_compares_by_path_and_never_raises():
     check = CHECKERS["02_batch_on_device"]
-    batch, meta = _batch(), torch.device("meta")
-    renamed = _move(batch, meta)
-    renamed["pixels"] = renamed.pop("images")  # same leaves, other key
-    assert check(renamed, batch, meta) is False
+    batch = _batch()
+
+    def renamed(obj, target):  # same leaves, other key
+        moved = _move(obj, target)
+        moved["pixels"] = moved.pop("images")
+        return moved
+
+    assert check(renamed, batch, CPU) is False
     wrapped = MappingProxyType({"images": torch.ones(2), "tag": "x"})  # a Mapping that is not a dict
-    moved = MappingProxyType({"images": torch.ones(2, device="meta"), "tag": "x"})
-    assert check(moved, wrapped, meta) is True
-    assert check(wrapped, wrapped, meta) is False
+    as_proxy = lambda obj, target: MappingProxyType({"images": obj["images"].to(target), "tag": obj["tag"]})  # noqa: E731
+    assert check(as_proxy, wrapped, CPU) is True
+    assert check(lambda obj, target: obj, wrapped, CPU) is False
     with_array = {"images": torch.ones(2), "extra": np.zeros(3)}  # == on arrays has no single truth value
-    assert check({"images": torch.ones(2, device="meta"), "extra": np.ones(3)}, with_array, meta) is False
+    other_array = lambda obj, target: {"images": obj["images"].to(target), "extra": np.ones(3)}  # noqa: E731
+    assert check(other_array, with_array, CPU) is False
 
 
 def weights(device=None):
@@ -279,3 +333,49 @@ def test_made_in_forward_checker_leaves_the_gpu_alone_when_the_lesson_runs_on_th
     check = CHECKERS["02_tensor_made_in_forward"]
     assert check(WithDevice, torch.device("cpu")) is True  # the second run is on meta, not on a real cuda:0
     assert check(AddPositions, torch.device("cpu")) is False
+
+
+def test_read_the_error_accepts_the_device_as_a_torch_device():
+    assert CHECKERS["02_read_the_error"]("mat1", torch.device("cpu"), NEW) is True
+    assert CHECKERS["02_read_the_error"](" mat1 ", "cpu ", NEW) is True
+
+
+def step_with_a_loss_module(model, images, labels, optimizer):  # the other common fix, names imported from torch
+    from torch.nn import CrossEntropyLoss
+
+    device = next(model.parameters()).device
+    loss_fn = CrossEntropyLoss(weight=torch.linspace(0.5, 1.5, 10)).to(device)
+    loss = loss_fn(model(images.to(device)), labels.to(device))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+def step_reading_the_logits_device(model, images, labels, optimizer):
+    from torch.nn.functional import cross_entropy
+
+    logits = model(images.to(next(model.parameters()).device))
+    loss = cross_entropy(logits, labels.to(logits.device), weight=torch.linspace(0.5, 1.5, 10, device=logits.device))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss  # not detached: still a 0-dim tensor
+
+
+class PositionsOnTheWeightsDevice(AddPositions):
+    def forward(self, x):
+        return self.linear(x) + torch.arange(x.shape[1], device=self.linear.weight.device)[:, None]
+
+
+class PositionsFromNewTensor(AddPositions):
+    def forward(self, x):
+        return self.linear(x) + x.new_tensor(range(x.shape[1]))[:, None]
+
+
+def test_right_answers_written_differently_pass(capsys):
+    for answer in (step_with_a_loss_module, step_reading_the_logits_device):
+        assert CHECKERS["02_fix_the_train_step"](answer, torch.device("cpu")) is True, answer.__name__
+    for answer in (PositionsOnTheWeightsDevice, PositionsFromNewTensor):
+        assert CHECKERS["02_tensor_made_in_forward"](answer, torch.device("cpu")) is True, answer.__name__
+    assert capsys.readouterr().out.count("[pass]") == 4

@@ -4,7 +4,7 @@ On a cluster every node runs the same torchrun command; only the machine differs
 torchrun agent on this machine, all pointed at one rendezvous endpoint on a free local port::
 
     torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:29517 --rdzv-id job1 \\
-        -m helpers.elastic_train          # typed once per node
+        --local-addr 127.0.0.1 -m helpers.elastic_train          # typed once per node
 
 ``rehearse`` starts them together with a timeout, and ends every process it started whatever happens.
 """
@@ -28,10 +28,11 @@ HOST = "127.0.0.1"
 NO_SHARED_STORE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 """The agents' setting that lets a group restarted after a crash reconnect over gloo every time. By default the c10d
 rendezvous lends its own store to the workers, and the store outlives a restart with the previous attempt's gloo
-addresses in it: the restarted workers may then try to reach peers that no longer exist ("Gloo connectFullMesh
-failed ... Connection refused") or wait for them. On this course's two-CPU machine that happened in some runs and not
-others, on torch 2.8 as on 2.14 (pytorch/pytorch#167288 reports the same with nccl). With this set, rank 0's worker
-hosts a fresh store on a new port for each attempt, and every run recovered on both."""
+addresses in it, and the workers keep attempts apart by a restart count that each agent keeps for itself
+(pytorch/pytorch#135712): the restarted workers may then try to reach peers that no longer exist ("Gloo
+connectFullMesh failed ... Connection refused") or wait for them. On this course's two-CPU machine that happened in
+some runs and not others, on torch 2.8 as on 2.14 (pytorch/pytorch#167288 reports the same with nccl). With this
+set, rank 0's worker hosts a fresh store on a new port for each attempt, and every run recovered on both."""
 
 
 def looked_up(lookup: Callable[[], str], timeout: float = 10.0) -> str:
@@ -125,13 +126,24 @@ def rehearse(
     endpoint: str = "",
     rdzv_conf: str = "",
     gpus_per_node: int = 0,
+    local_addr: str = HOST,
 ) -> list[subprocess.CompletedProcess[str] | subprocess.TimeoutExpired]:
     """``nnodes`` agents of ``nproc`` workers each on this machine, meeting at ``endpoint`` (by default a free local
     port); each agent's result (a TimeoutExpired with its output so far for one still running after ``timeout``
-    seconds, then stopped). With ``gpus_per_node``, agent i sees GPUs i * gpus_per_node onwards and no others."""
+    seconds, then stopped). With ``gpus_per_node``, agent i sees GPUs i * gpus_per_node onwards and no others. Each
+    agent gives the others ``local_addr`` (by default the loopback address) rather than this machine's full host name,
+    which on many machines, a Mac's ``NAME.local`` among them, does not resolve."""
     endpoint = endpoint or f"{HOST}:{free_port()}"
     command = agent_command(
-        nnodes, nproc, endpoint, run_id, script_args, module=module, max_restarts=max_restarts, rdzv_conf=rdzv_conf
+        nnodes,
+        nproc,
+        endpoint,
+        run_id,
+        script_args,
+        module=module,
+        max_restarts=max_restarts,
+        rdzv_conf=rdzv_conf,
+        local_addr=local_addr,
     )
     commands = [command] * nnodes
     if gpus_per_node:

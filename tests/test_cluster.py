@@ -43,25 +43,52 @@ def test_the_batch_script_asks_slurm_for_one_task_per_node() -> None:
     assert any(d.startswith("--nodes=") for d in directives)
 
 
-def test_the_batch_script_runs_one_torchrun_per_node_meeting_at_the_first_node(tmp_path: Path) -> None:
+def submitted(tmp_path: Path, job_id: str) -> list[str]:
+    """The words the batch script passes to srun, run with stand-ins for scontrol and srun as job ``job_id`` on two
+    nodes with the environment sbatch gives it."""
     bash = shutil.which("bash")
     assert bash, "bash is needed for this check"
     stand_ins = tmp_path / "bin"
-    stand_ins.mkdir()
+    stand_ins.mkdir(exist_ok=True)
     (stand_ins / "scontrol").write_text('#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && printf "gpu-a07\\ngpu-b12\\n"\n')
     (stand_ins / "srun").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {shlex.quote(str(tmp_path / "srun.txt"))}\n')
     for tool in stand_ins.iterdir():
         tool.chmod(0o755)
     env = {**os.environ, "PATH": f"{stand_ins}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "gpu-a07,gpu-b12"}
-    env.update(SLURM_JOB_ID="4242", SLURM_JOB_NUM_NODES="2")
+    env.update(SLURM_JOB_ID=job_id, SLURM_JOB_NUM_NODES="2", SLURM_JOB_NAME="elastic-train", SLURM_CPUS_PER_TASK="16")
     result = subprocess.run([bash, str(SBATCH)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    words = (tmp_path / "srun.txt").read_text().splitlines()
-    assert "--ntasks-per-node=1" in words[: words.index("torchrun")]
+    return (tmp_path / "srun.txt").read_text().splitlines()
+
+
+def test_the_batch_script_runs_one_torchrun_per_node_meeting_at_the_first_node(tmp_path: Path) -> None:
+    words = submitted(tmp_path, "4242")
+    srun = words[: words.index("torchrun")]
+    assert "--ntasks-per-node=1" in srun
+    assert "--cpus-per-task=16" in srun  # srun is told itself: some SLURM versions do not take it from sbatch
     args = torchrun_args(words[words.index("torchrun") + 1 :])
     assert (args.nnodes, args.nproc_per_node, args.rdzv_backend) == ("2", "4", "c10d")
-    assert (args.rdzv_endpoint, args.rdzv_id) == ("gpu-a07:29500", "4242")
+    assert (args.rdzv_endpoint, args.rdzv_id) == ("gpu-a07:29742", "4242")  # 29500 + 4242 % 1000
     assert not args.standalone
+
+
+def test_two_jobs_on_one_first_node_meet_on_different_ports(tmp_path: Path) -> None:
+    endpoints = []
+    for job_id in ("4242", "4243"):
+        words = submitted(tmp_path, job_id)
+        endpoints.append(torchrun_args(words[words.index("torchrun") + 1 :]).rdzv_endpoint)
+    assert endpoints[0] != endpoints[1]
+    assert all(29500 <= int(endpoint.rsplit(":", 1)[1]) < 30500 for endpoint in endpoints)
+
+
+def test_the_job_submitted_again_resumes_from_the_same_folder(tmp_path: Path) -> None:
+    """A lost node ends the step; the job submitted again gets a new id and must find the old checkpoints."""
+    outs = []
+    for job_id in ("4242", "5077"):
+        words = submitted(tmp_path, job_id)
+        script = torchrun_args(words[words.index("torchrun") + 1 :]).training_script_args
+        outs.append(elastic_train.parse_args(script).out)
+    assert outs[0] == outs[1] and "4242" not in outs[0]
 
 
 def test_the_trainjob_has_the_fields_the_trainer_reads() -> None:
@@ -95,3 +122,8 @@ def test_the_trainjob_runs_the_course_script_with_torchrun(monkeypatch: pytest.M
     args = torchrun_args(steps[-1][2:])
     assert (args.nnodes, args.nproc_per_node, args.node_rank) == ("2", "4", 1)
     assert args.master_addr == pet["PET_MASTER_ADDR"]
+    # Given a node rank and a master address, torchrun meets the other pods at the static rendezvous, not c10d: the
+    # file says so, and that a failed pod means running the TrainJob again
+    assert args.rdzv_backend == "static"
+    comments = " ".join(line.lstrip("# ") for line in TRAINJOB.read_text().splitlines() if line.startswith("#"))
+    assert "static rendezvous, not c10d" in comments and "resumes from the newest checkpoint" in comments

@@ -69,3 +69,16 @@ def test_a_name_lookup_is_bounded_and_its_error_is_said():
 
     assert nodes.looked_up(fails) == "no answer ([Errno -2] Name or service not known)"
     assert nodes.looked_up(lambda: "10.0.0.1") == "10.0.0.1"
+
+
+def test_the_rehearsed_nodes_give_the_loopback_address_not_the_host_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """socket.getfqdn(), torchrun's default, often does not resolve (a Mac's NAME.local): each agent names 127.0.0.1,
+    an option the installed torchrun's parser reads."""
+    from torch.distributed.run import get_args_parser
+
+    started = []
+    monkeypatch.setattr(nodes, "run_together", lambda commands, timeout, env: started.extend(commands) or [])
+    nodes.rehearse(2, 1, ["--steps", "3"])
+    assert len(started) == 2
+    for command in started:
+        assert get_args_parser().parse_args(command[3:]).local_addr == "127.0.0.1"

@@ -315,3 +315,47 @@ def test_the_command_loads_without_the_notebook_packages(tmp_path: Path) -> None
     )
     assert done.returncode == 0, done.stderr
     assert "speedrun-88" in done.stdout
+
+
+HIDE_TORCH = (
+    "import sys\n"
+    "class Missing:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name.split('.')[0] in ('torch', 'torchvision', 'nbformat', 'papermill', 'ipykernel', 'nbclient'):\n"
+    "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+    "sys.meta_path.insert(0, Missing())\n"
+)
+
+
+@pytest.mark.slow  # child Pythons
+def test_a_python_without_torch_prints_the_plan_and_is_refused_for_what_it_lacks(tmp_path: Path) -> None:
+    """python3 -m tools.gpu_check on a machine whose python3 has no torch: --plan works; the check names torch."""
+    (tmp_path / "sitecustomize.py").write_text(HIDE_TORCH)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+
+    def command(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "tools.gpu_check", *args], capture_output=True, text=True, cwd=ROOT, env=env
+        )
+
+    planned = command("--plan")
+    assert planned.returncode == 0, planned.stderr
+    assert "00_check_your_setup.ipynb" in planned.stdout and "speedrun-88" in planned.stdout
+    assert "speedrun-94" in planned.stdout
+    refused = command("--output", str(tmp_path / "out"))
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.startswith(f"The GPU check runs the lessons with PyTorch, and this Python ({sys.executable})")
+    assert "No module named 'torch'" in refused.stderr and "NVIDIA GPU" not in refused.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_plans_targets_without_torch_are_the_speedruns() -> None:
+    plan = speedrun.DATASETS[gpu_check.SPEEDRUN_DATASET]
+    assert (plan.target, plan.stretch) == gpu_check.SPEEDRUN_TARGETS
+
+
+@pytest.mark.parametrize("error", ["ModuleNotFoundError: No module named 'torch'", "OSError: libcudart.so.13"])
+def test_a_torch_that_cannot_be_imported_is_the_reason_given(error: str) -> None:
+    line = gpu_check.refusal({"available": False, "torch": None, "cuda": None, "error": error})
+    assert f"cannot import it ({error})" in line and "machine with an NVIDIA GPU" not in line

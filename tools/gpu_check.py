@@ -63,6 +63,9 @@ SPEEDRUN_TIMEOUT = 240.0
 """The most one speedrun may take."""
 SPEEDRUN_DATASET = "FashionMNIST"
 SPEEDRUN_RUNS = 3
+SPEEDRUN_TARGETS = (0.88, 0.94)
+"""Fashion-MNIST's speedrun target and stretch target as helpers.speedrun defines them (a test holds the two
+together): what --plan shows on a Python without torch, which helpers.speedrun needs."""
 
 QUICK_ON_CUDA = {
     "11": "the full ladder is what the two speedrun steps run, 3 seeds each; here the lesson's cells run on CUDA in "
@@ -109,8 +112,14 @@ def has_gpu_sections(code: str) -> bool:
 
 
 def speedrun_targets() -> tuple[float, ...]:
-    """Fashion-MNIST's speedrun target and its stretch target, as helpers.speedrun defines them."""
-    from helpers.speedrun import DATASETS
+    """Fashion-MNIST's speedrun target and its stretch target, as helpers.speedrun defines them (``SPEEDRUN_TARGETS``
+    on a Python without torch)."""
+    try:
+        from helpers.speedrun import DATASETS
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("torch", "torchvision"):
+            raise
+        return SPEEDRUN_TARGETS
 
     plan = DATASETS[SPEEDRUN_DATASET]
     return (plan.target,) + ((plan.stretch,) if plan.stretch else ())
@@ -237,8 +246,12 @@ def refusal(probe: dict) -> str | None:
     if probe.get("available"):
         return None
     if probe.get("torch") is None:
-        why = f"PyTorch could not be imported ({probe.get('error')})"
-    elif probe.get("cuda") is None:
+        return (
+            f"The GPU check runs the lessons with PyTorch, and this Python ({sys.executable}) cannot import it "
+            f"({probe.get('error')}): start it with a Python that has PyTorch, the GPU machine's own python3 "
+            "(python3 -m tools.gpu_check from the clone's root) or the course's .venv/bin/python."
+        )
+    if probe.get("cuda") is None:
         why = f"PyTorch {probe['torch']} is a CPU-only build"
     else:
         why = f"PyTorch {probe['torch']} (CUDA {probe['cuda']}) sees no CUDA GPU"
@@ -413,6 +426,9 @@ def check(args: argparse.Namespace) -> int:
         )
     from helpers import data
 
+    problem = data.data_dir_problem()
+    if problem:
+        return _refuse(problem)
     dataset = args.dataset
     if dataset is None and not os.environ.get(ENV_DATASET):
         fall_back_to_offline_data()  # MNIST out of reach but Fashion-MNIST here: the runner's own choice
@@ -480,7 +496,7 @@ def check(args: argparse.Namespace) -> int:
 
 
 def _dataset(text: str) -> str:
-    """A dataset's canonical name; helpers.data (and torch) are imported only when --dataset is given."""
+    """A dataset's canonical name (helpers.data loads no torch)."""
     from helpers.data import canonical_name
 
     return canonical_name(text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from exercises.core import exercise
 from helpers.placement import same_device
@@ -22,6 +23,11 @@ def check_channels_last(images_cl: torch.Tensor | None, images: torch.Tensor) ->
         )
     if not same_device(images_cl.device, images.device):
         return f"it lives on {images_cl.device}, not on {images.device} like the input"
+    if images_cl.dtype != images.dtype:
+        return (
+            f"its dtype is {images_cl.dtype}, the input's {images.dtype}: change only the memory format "
+            "(.contiguous(memory_format=torch.channels_last) or .to(memory_format=torch.channels_last))"
+        )
     if not images_cl.is_contiguous(memory_format=torch.channels_last):
         return "not channels_last in memory; use .contiguous(memory_format=torch.channels_last)"
     if not torch.equal(images_cl, images):
@@ -67,6 +73,20 @@ class _WatchedScaler(torch.amp.GradScaler):
             self.stepping = False
 
 
+class _LossDtypes(TorchDispatchMode):
+    """Notes the dtype of every log_softmax's input: cross_entropy, nll_loss of log_softmax, and CrossEntropyLoss all
+    compute one, in float32 under autocast (the loss is on its float32 list) and in the logits' 16-bit dtype outside."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dtypes: list[torch.dtype] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func._schema.name == "aten::_log_softmax" and args and isinstance(args[0], torch.Tensor):
+            self.dtypes.append(args[0].dtype)
+        return func(*args, **(kwargs or {}))
+
+
 def _amp_reference(model, optimizer, scaler, X, y, device, dtype, zero_grad=True):
     """The step the learner writes (``zero_grad=False``: the step that forgets to clear the gradients)."""
     import torch.nn.functional as F
@@ -89,7 +109,8 @@ def _amp_reference(model, optimizer, scaler, X, y, device, dtype, zero_grad=True
 
 def _amp_run(step, template, device, dtype, init_scale, steps, X, y):
     """Run ``step`` ``steps`` times on a copy of ``template``: the model, the scaler, the dtypes the first linear layer
-    computed in, the values returned, whether an optimizer step ran outside ``scaler.step``, and the error raised."""
+    computed in, the values returned, whether an optimizer step ran outside ``scaler.step``, the error raised, and the
+    dtypes the loss's log_softmax ran in."""
     import copy
 
     from helpers.devices import needs_grad_scaler
@@ -102,12 +123,31 @@ def _amp_run(step, template, device, dtype, init_scale, steps, X, y):
     model[1].register_forward_hook(lambda module, args, out: seen.append(out.dtype))
     optimizer.register_step_pre_hook(lambda opt, args, kwargs: direct.append(not scaler.stepping))
     returned, error = [], None
-    try:
-        for _ in range(steps):
-            returned.append(step(model, optimizer, scaler, X.to(device), y.to(device), device, dtype))
-    except Exception as err:  # the learner's code may raise anything; the checker says what it means
-        error = err
-    return model, scaler, seen, returned, any(direct), error
+    with _LossDtypes() as loss_dtypes:
+        try:
+            for _ in range(steps):
+                returned.append(step(model, optimizer, scaler, X.to(device), y.to(device), device, dtype))
+        except Exception as err:  # the learner's code may raise anything; the checker says what it means
+            error = err
+    return model, scaler, seen, returned, any(direct), error, loss_dtypes.dtypes
+
+
+def _dtype_mistake(on: str, kind: torch.dtype, model: torch.nn.Module, seen: list, loss_dtypes: list) -> str | None:
+    """The hint when the step ran in the wrong dtypes: parameters converted, forward or loss outside autocast."""
+    converted = sorted({str(p.dtype) for p in model.parameters() if p.dtype != torch.float32})
+    if converted:
+        return (
+            f"{on}: the model's parameters became {', '.join(converted)}; autocast keeps them float32 and casts "
+            "copies for each operation, so do not convert the model (.to(dtype), .half(), .bfloat16())"
+        )
+    if seen and seen[0] != kind:
+        return f"{on}: the forward pass ran in {seen[0]}; run it inside torch.autocast(device.type, dtype=dtype)"
+    if seen and loss_dtypes and loss_dtypes[0] != torch.float32:
+        return (
+            f"{on}: the loss ran in {loss_dtypes[0]}, outside autocast; compute F.cross_entropy inside "
+            "torch.autocast too, which runs it in float32 (it is on autocast's float32 list)"
+        )
+    return None
 
 
 @exercise("09_amp_step", "mixed-precision training step", function=True)
@@ -132,11 +172,9 @@ def check_amp_step(amp_step: Callable | None, device: torch.device, dtype: torch
         on = f"with {name} on {where.type}"
         if kind is torch.float16:
             overflow = 2.0**40  # the scaled gradients overflow float16: the scaler must skip the step
-            model, scaler, seen, _, direct, error = _amp_run(amp_step, template, where, kind, overflow, 1, X, y)
-            if seen and seen[0] != kind:
-                return (
-                    f"{on}: the forward pass ran in {seen[0]}; run it inside torch.autocast(device.type, dtype=dtype)"
-                )
+            model, scaler, seen, _, direct, error, losses = _amp_run(amp_step, template, where, kind, overflow, 1, X, y)
+            if hint := _dtype_mistake(on, kind, model, seen, losses):
+                return hint
             if not seen:
                 return f"{on}: it raised {first_line(error)}" if error else f"{on}: the model was never called on X"
             if scaler.scaled == 0:
@@ -158,18 +196,18 @@ def check_amp_step(amp_step: Callable | None, device: torch.device, dtype: torch
                 not torch.equal(p, q.to(where)) for p, q in zip(model.parameters(), template.parameters(), strict=True)
             ):
                 return f"{on}: a step whose gradients overflowed changed the weights; scaler.step(optimizer) skips it"
-        model, scaler, seen, returned, _, error = _amp_run(amp_step, template, where, kind, 2.0**16, 3, X, y)
-        if seen and seen[0] != kind:
-            return f"{on}: the forward pass ran in {seen[0]}; run it inside torch.autocast(device.type, dtype=dtype)"
+        model, scaler, seen, returned, _, error, losses = _amp_run(amp_step, template, where, kind, 2.0**16, 3, X, y)
+        if hint := _dtype_mistake(on, kind, model, seen, losses):
+            return hint
         if error is not None:
             return f"{on}: it raised {first_line(error)}"
         if not seen:
             return f"{on}: the model was never called on X"
         if not all(type(r) is float for r in returned):
             return f"{on}: return the loss as a float (loss.item()), not a {type(returned[0]).__name__}"
-        expected, _, _, losses, _, _ = _amp_run(_amp_reference, template, where, kind, 2.0**16, 3, X, y)
-        if abs(returned[0] - losses[0]) > 1e-3 * max(1.0, abs(losses[0])):
-            return f"{on}: the first step returned {returned[0]:.4f}, expected the loss {losses[0]:.4f}"
+        expected, _, _, right, _, _, _ = _amp_run(_amp_reference, template, where, kind, 2.0**16, 3, X, y)
+        if abs(returned[0] - right[0]) > 1e-3 * max(1.0, abs(right[0])):
+            return f"{on}: the first step returned {returned[0]:.4f}, expected the loss {right[0]:.4f}"
 
         def close(a: nn.Module, b: nn.Module) -> bool:
             return all(

@@ -26,6 +26,27 @@ def test_channels_last_reference(capsys):
     assert capsys.readouterr().out.startswith("[pass]")
 
 
+def test_channels_last_accepts_right_answers_written_differently(capsys):
+    from torch import channels_last
+
+    images = _images()
+    for right in (
+        images.to(memory_format=channels_last),
+        torch.Tensor.contiguous(images, memory_format=torch.channels_last),
+        images.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2),  # NHWC in memory, indexed NCHW
+    ):
+        assert CHECKERS["09_channels_last"](right, images), capsys.readouterr().out
+        assert capsys.readouterr().out.startswith("[pass]")
+
+
+def test_channels_last_rejects_a_changed_dtype(capsys):
+    images = _images()
+    halved = images.to(torch.bfloat16, memory_format=torch.channels_last)  # the right layout, but not the same data
+    assert not CHECKERS["09_channels_last"](halved, images)
+    out = capsys.readouterr().out
+    assert "[not yet]" in out and "dtype is torch.bfloat16" in out, out
+
+
 def test_channels_last_waits_for_an_answer(capsys):
     assert not CHECKERS["09_channels_last"](None, _images())
     assert capsys.readouterr().out.startswith("[waiting]")
@@ -153,3 +174,88 @@ def test_amp_step_other_wrong_answers(capsys):
     assert "ran in torch.float16" in capsys.readouterr().out
     assert not check("amp_step", torch.device("cpu"), torch.bfloat16)
     assert "should be a function" in capsys.readouterr().out
+
+
+def amp_step_written_differently(model, optimizer, scaler, X, y, device, dtype):
+    from torch.amp import autocast
+    from torch.nn import CrossEntropyLoss
+
+    with autocast(device_type=device.type, dtype=dtype):
+        loss = CrossEntropyLoss()(model(X), y)
+    scaler.scale(loss).backward()  # a disabled scaler (bfloat16) passes the loss and the step on unchanged
+    scaler.unscale_(optimizer)  # the gradients at their true size, for clipping
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1e6)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()  # at the end instead of the start: the same steps
+    return float(loss.detach())
+
+
+def amp_step_with_nll_loss(model, optimizer, scaler, X, y, device, dtype):
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(device.type, dtype=dtype):
+        loss = F.nll_loss(F.log_softmax(model(X).float(), dim=1), y)
+    if scaler.is_enabled():
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        optimizer.step()
+    return loss.item()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_amp_step_accepts_right_answers_written_differently(capsys, dtype):
+    for right in (amp_step_written_differently, amp_step_with_nll_loss):
+        assert CHECKERS["09_amp_step"](right, torch.device("cpu"), dtype), capsys.readouterr().out
+        assert capsys.readouterr().out.startswith("[pass]")
+
+
+def amp_step_loss_outside_autocast(model, optimizer, scaler, X, y, device, dtype):
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(device.type, dtype=dtype):
+        logits = model(X)
+    loss = F.cross_entropy(logits, y)  # outside autocast: in the logits' 16-bit dtype
+    if dtype is torch.float16:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        optimizer.step()
+    return loss.item()
+
+
+def amp_step_model_converted(model, optimizer, scaler, X, y, device, dtype):
+    optimizer.zero_grad(set_to_none=True)
+    model.to(dtype)  # 16-bit weights: no float32 copy for the optimizer to update
+    loss = F.cross_entropy(model(X.to(dtype)), y)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def amp_step_cuda_autocast(model, optimizer, scaler, X, y, device, dtype):
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast("cuda", dtype=dtype):  # does nothing to operations on another device
+        loss = F.cross_entropy(model(X), y)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")  # what torch.autocast("cuda") says on a machine without
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    ("wrong", "hint"),
+    [
+        (amp_step_loss_outside_autocast, "the loss ran in torch.{dtype}, outside autocast"),
+        (amp_step_model_converted, "the model's parameters became torch.{dtype}"),
+        (amp_step_cuda_autocast, "the forward pass ran in torch.float32"),
+    ],
+)
+def test_amp_step_rejects_wrong_answers_that_look_right(capsys, dtype, wrong, hint):
+    assert not CHECKERS["09_amp_step"](wrong, torch.device("cpu"), dtype)
+    out = capsys.readouterr().out
+    assert out.startswith("[not yet]") and hint.format(dtype=str(dtype).removeprefix("torch.")) in out, out

@@ -52,6 +52,27 @@ def test_time_to_target_wrong_answers(capsys):
     assert "should be a function" in capsys.readouterr().out
 
 
+def test_time_to_target_accepts_right_answers_written_differently(capsys):
+    from itertools import dropwhile
+
+    check = CHECKERS["11_time_to_target"]
+    with_next = lambda h, t: next((s for s, a in h if a >= t), None)  # noqa: E731
+    with_dropwhile = lambda h, t: next((s for s, _ in dropwhile(lambda p: p[1] < t, h)), None)  # noqa: E731
+    for right in (with_next, with_dropwhile):
+        assert check(right), capsys.readouterr().out
+        assert capsys.readouterr().out.startswith("[pass]")
+
+
+def test_time_to_target_wrong_answers_that_look_right(capsys):
+    check = CHECKERS["11_time_to_target"]
+    best_point = lambda h, t: max(h, key=lambda p: p[1])[0] if h and max(a for _, a in h) >= t else None  # noqa: E731
+    assert not check(best_point)  # the best accuracy's time, not the first to reach the target
+    assert "the first point with accuracy >= target" in capsys.readouterr().out
+    zero_when_missed = lambda h, t: next((s for s, a in h if a >= t), 0.0)  # noqa: E731
+    assert not check(zero_when_missed)  # 0 seconds reads as the fastest run of all
+    assert "expected None" in capsys.readouterr().out
+
+
 def test_keep_rule_reference(capsys):
     assert CHECKERS["11_keep_rule"](_keep_rule)
     assert capsys.readouterr().out.startswith("[pass]")
@@ -67,6 +88,22 @@ def test_keep_rule_wrong_answers(capsys):
     by_median = lambda b, a: "kept" if sorted(a)[1] < sorted(b)[1] else "slower"  # noqa: E731
     assert not check(by_median)
     assert "[not yet]" in capsys.readouterr().out
+
+
+def test_keep_rule_accepts_the_course_verdict_and_rejects_ties_taken_as_beyond_the_spread(capsys):
+    from helpers.readings import ranges_verdict
+
+    check = CHECKERS["11_keep_rule"]
+    assert check(ranges_verdict)  # returns Verdict.SLOWER, "not kept: slower", for "slower"
+    assert capsys.readouterr().out.startswith("[pass]")
+    at_or_beyond = lambda b, a: (  # noqa: E731
+        "kept" if max(a) <= min(b) else "slower" if min(a) >= max(b) else "no clear difference"
+    )
+    assert not check(at_or_beyond)
+    out = capsys.readouterr().out
+    assert "[not yet]" in out and "a tie is not beyond the spread" in out, out
+    assert not check(lambda b, a: 1 / 0)
+    assert "it raised ZeroDivisionError" in capsys.readouterr().out
 
 
 def time_it_reference(fn, sync, clock):
@@ -119,6 +156,46 @@ def test_time_it_wrong_answers(wrong, hint, capsys):
     assert out.startswith("[not yet]") and hint in out, out
 
 
+def time_it_own_clock(fn, sync, clock):
+    import time
+
+    sync()
+    start = time.perf_counter()  # not the clock it was given: the device's work is not on it
+    fn()
+    sync()
+    return time.perf_counter() - start
+
+
+def time_it_in_milliseconds(fn, sync, clock):
+    return 1e3 * time_it_reference(fn, sync, clock)
+
+
+def time_it_written_differently(fn, sync, clock):
+    readings = []
+    for action in (sync, None, fn, sync, None):
+        if action is None:
+            readings.append(clock())
+        else:
+            action()
+    first, last = readings
+    return last - first
+
+
+def test_time_it_rejects_wrong_answers_that_look_right(capsys):
+    check = CHECKERS["11_time_it_right"]
+    assert not check(time_it_own_clock)
+    out = capsys.readouterr().out
+    assert "[not yet]" in out and "read clock() 0 time(s)" in out, out
+    assert not check(time_it_in_milliseconds)
+    out = capsys.readouterr().out
+    assert "[not yet]" in out and "that is milliseconds" in out, out
+
+
+def test_time_it_accepts_a_right_answer_written_differently(capsys):
+    assert CHECKERS["11_time_it_right"](time_it_written_differently)
+    assert capsys.readouterr().out.startswith("[pass]")
+
+
 def test_time_it_waits_for_an_answer(capsys):
     assert not CHECKERS["11_time_it_right"](None)
     assert capsys.readouterr().out.startswith("[waiting]")
@@ -164,6 +241,50 @@ def test_flip_half_reference(capsys):
     ],
 )
 def test_flip_half_wrong_answers(wrong, hint, capsys):
+    assert not CHECKERS["11_flip_on_device"](wrong, torch.device("cpu"))
+    out = capsys.readouterr().out
+    assert out.startswith("[not yet]") and hint in out, out
+
+
+def flip_half_written_differently(X, generator):
+    from torch import bernoulli, full, where
+
+    flip = bernoulli(full((len(X), 1, 1, 1), 0.5, device=X.device), generator=generator).bool()  # (B, 1, 1, 1)
+    return where(flip, torch.flip(X, dims=[-1]), X)
+
+
+def flip_half_float_mask(X, generator):
+    flip = (torch.rand(X.shape[0], 1, 1, 1, device=X.device, generator=generator) < 0.5).to(X.dtype)
+    return flip * X.flip(3) + (1 - flip) * X
+
+
+def flip_half_boolean_index(X, generator):
+    flip = torch.rand(X.shape[0], device=X.device, generator=generator) < 0.5
+    out = X.clone()
+    out[flip] = X[flip].flip(3)  # as many images as the mask picks: a size known only from the data
+    return out
+
+
+def flip_half_in_place(X, generator):
+    flip = torch.rand(X.shape[0], device=X.device, generator=generator) < 0.5
+    X.copy_(torch.where(flip[:, None, None, None], X.flip(3), X))  # overwrites the caller's batch
+    return X
+
+
+def test_flip_half_accepts_right_answers_written_differently(capsys):
+    for right in (flip_half_written_differently, flip_half_float_mask):
+        assert CHECKERS["11_flip_on_device"](right, torch.device("cpu")), capsys.readouterr().out
+        assert capsys.readouterr().out.startswith("[pass]")
+
+
+@pytest.mark.parametrize(
+    ("wrong", "hint"),
+    [
+        (flip_half_boolean_index, "size depends on the data (indexing with a boolean mask"),
+        (flip_half_in_place, "changed the batch it was given in place"),
+    ],
+)
+def test_flip_half_wrong_answers_that_look_right(wrong, hint, capsys):
     assert not CHECKERS["11_flip_on_device"](wrong, torch.device("cpu"))
     out = capsys.readouterr().out
     assert out.startswith("[not yet]") and hint in out, out

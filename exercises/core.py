@@ -97,11 +97,18 @@ def _portable(value: Any) -> Any:
 
 
 def ranks_in_processes(
-    target: Callable, args: Callable[[int], tuple], world: int, timeout: float, stuck: str, backward: bool = False
+    target: Callable,
+    args: Callable[[int], tuple],
+    world: int,
+    timeout: float,
+    stuck: str,
+    backward: bool = False,
+    spawned_timeout: float | None = None,
 ) -> list | str:
     """Run ``target(*args(rank), send)`` in ``world`` processes and return what each sent through ``send``, or why
-    there is nothing: a rank ran past ``timeout`` seconds (``stuck`` says what to look for), or a rank ended without
-    sending. No process outlives the call.
+    there is nothing: the ranks ran past the time limit, ``timeout`` seconds (``spawned_timeout`` for spawned ones,
+    which import torch before they start; ``timeout`` when None), and the hint says so, its length and how they were
+    started, then ``stuck``, what usually causes it; or a rank ended without sending. No process outlives the call.
 
     The processes are forked where a fork can: the learner's function (defined in a notebook) is then copied as it
     is. Where it cannot (no fork on this system, or ranks that call ``backward`` after autograd has already run here
@@ -112,18 +119,21 @@ def ranks_in_processes(
 
     method = distributed.start_method(backward)
     forked = method == "fork"
+    limit = timeout if forked or spawned_timeout is None else spawned_timeout
     context = multiprocessing_context(method)
     pipes = [context.Pipe(duplex=False) for _ in range(world)]
     ranks = []
     for rank, (_, send) in enumerate(pipes):
         arguments = args(rank) if forked else tuple(_portable(value) for value in args(rank))
-        ranks.append(context.Process(target=target, args=(*arguments, send), daemon=True))
+        # not daemonic: a daemonic process may start none of its own, and a rank's DataLoader may start workers
+        ranks.append(context.Process(target=target, args=(*arguments, send)))
     try:
         for process in ranks:
             process.start()
-        distributed.wait_for_exit(ranks, timeout=timeout)
+        distributed.wait_for_exit(ranks, timeout=limit)
     except TimeoutError:
-        return f"the ranks had not finished after {timeout:g} s: {stuck}"
+        how = "forked from this process" if forked else "spawned, each importing torch first"
+        return f"the ranks ran past the check's time limit of {limit:g} s ({how}); {stuck}"
     finally:
         for process in ranks:
             if process.is_alive():

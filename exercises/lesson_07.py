@@ -112,21 +112,43 @@ DDP_TOLERANCE = 1e-6
 
 
 class _Stop(BaseException):
-    """Ends the dry run at init_process_group (a BaseException: the learner's ``except Exception`` lets it by)."""
+    """Ends the dry run where the process group would be made (a BaseException: the learner's ``except Exception``
+    lets it by)."""
+
+
+def _group() -> str:
+    """The process group this process is in: "none", or its size and backend ("2 gloo")."""
+    import torch.distributed as dist
+
+    return f"{dist.get_world_size()} {dist.get_backend()}" if dist.is_initialized() else "none"
 
 
 class _SeenData(torch.utils.data.Dataset):
-    """A data set of tensors that notes each index a loader asks for, so the checker knows what each rank trained on."""
+    """A data set of tensors that notes, for each sample a loader reads, its index and the process group the reading
+    process is in (``_group``), one line each in the file ``log``: what each rank trained on, and in which group. A
+    file, so that the reads of a DataLoader's worker processes are noted too."""
 
-    def __init__(self, X: torch.Tensor, y: torch.Tensor) -> None:
-        self.X, self.y, self.seen = X, y, []
+    def __init__(self, X: torch.Tensor, y: torch.Tensor, log: str) -> None:
+        self.X, self.y, self.log = X, y, log
 
     def __len__(self) -> int:
         return len(self.y)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        self.seen.append(int(index))
+        # a loader's worker process is in no group of its own, whichever group its rank is in
+        group = "worker" if torch.utils.data.get_worker_info() is not None else _group()
+        with open(self.log, "a", encoding="utf-8") as log:
+            log.write(f"{int(index)} {group}\n")
         return self.X[index], self.y[index]
+
+
+def _reads(log: str) -> tuple[list[int], set[str]]:
+    """The indices a rank's loader read, in order, and the groups it read them in ("worker" for its loader's worker
+    processes; see ``_SeenData``)."""
+    from pathlib import Path
+
+    lines = Path(log).read_text(encoding="utf-8").splitlines() if Path(log).is_file() else []
+    return [int(line.split(" ", 1)[0]) for line in lines], {line.split(" ", 1)[1] for line in lines}
 
 
 def _ddp_problem() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
@@ -160,58 +182,56 @@ def _one_process(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor) -> to
 
 
 def _ddp_rank(worker: Callable, rank: int, folder: str, device: str, dry: bool, conn: Any) -> None:
-    """One rank of check_ddp_worker, in a forked process: run ``worker`` with its calls to the process group, the
-    sampler and torch.save noted, then send back what it did. A dry run stops at init_process_group."""
+    """One rank of check_ddp_worker: run ``worker`` with ``out`` in a folder of this rank's own, then send back what
+    the rank did, observed rather than asked of the names it called: the group it was in when its code raised, what
+    it printed, the weights it ended with, whether its group is still open (its reads go to ``_SeenData``'s log, its
+    checkpoint to its folder). A dry run stops where the process group would be made, and notes its backend."""
+    import contextlib
     import io
     import os
     import sys
     from datetime import timedelta
+    from pathlib import Path
     from unittest import mock
 
     import torch.distributed as dist
-    from torch.utils.data import DistributedSampler
+    from torch.distributed import distributed_c10d
 
     torch.set_num_threads(1)
-    report: dict[str, Any] = {"backend": None, "joined": False, "set_epoch": [], "saved": 0, "error": None}
+    report: dict[str, Any] = {"backend": None, "error": None, "group_at_error": "none"}
     printed = io.StringIO()
     sys.stdout, sys.stderr = printed, open(os.devnull, "w")  # noqa: SIM115 (the process's own, closed at exit)
-    real_init, real_save, real_set_epoch = dist.init_process_group, torch.save, DistributedSampler.set_epoch
+    out = Path(folder) / f"rank{rank}" / "model.pt"
+    out.parent.mkdir(parents=True, exist_ok=True)
 
-    def init(*args: Any, **kwargs: Any) -> None:
-        report["joined"], report["backend"] = True, kwargs.get("backend", args[0] if args else None)
+    def make_group(*args: Any, **kwargs: Any) -> None:
+        # every spelling of init_process_group comes here; its fourth argument is the normalised backend
+        report["backend"] = str(kwargs.get("backend", args[3] if len(args) > 3 else None))
+        raise _Stop
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(torch.cuda, "set_device", lambda *args: None))  # a CPU-only machine
         if dry:
-            raise _Stop
-        if "timeout" not in kwargs and len(args) < 3:
-            kwargs["timeout"] = timedelta(seconds=20)  # a rank left waiting: an error, not a hang
-        real_init(*args, **kwargs)
-
-    def save(*args: Any, **kwargs: Any) -> None:
-        report["saved"] += 1
-        real_save(*args, **kwargs)
-
-    def set_epoch(sampler: DistributedSampler, epoch: int) -> None:
-        report["set_epoch"].append(int(epoch))
-        real_set_epoch(sampler, epoch)
-
-    model, X, y = _ddp_problem()
-    data = _SeenData(X, y)
-    with (
-        mock.patch.object(dist, "init_process_group", init),
-        mock.patch.object(torch, "save", save),
-        mock.patch.object(DistributedSampler, "set_epoch", set_epoch),
-        mock.patch.object(torch.cuda, "set_device", lambda *args: None),
-    ):
+            stack.enter_context(mock.patch.object(distributed_c10d, "_new_process_group_helper", make_group))
+        else:  # a rank left waiting in a collective raises after 20 s instead of gloo's default 30 minutes
+            stack.enter_context(mock.patch.object(distributed_c10d, "default_pg_timeout", timedelta(seconds=20)))
+        model, X, y = _ddp_problem()
+        data = _SeenData(X, y, str(Path(folder) / f"reads{rank}.log"))
         try:
-            worker(rank, DDP_WORLD, f"file://{folder}/store", model, data, torch.device(device), f"{folder}/model.pt")
+            worker(rank, DDP_WORLD, f"file://{folder}/store", model, data, torch.device(device), str(out))
         except _Stop:
             pass
         except Exception as err:  # the learner's code, in another process: the error goes back as text
-            report["error"] = first_line(err)
-    report.update(printed=printed.getvalue(), seen=data.seen, weights=_flat(model).tolist())
-    report["open"] = dist.is_initialized()
+            report.update(error=first_line(err), group_at_error=_group())
+    report.update(printed=printed.getvalue(), weights=_flat(model).tolist(), open=dist.is_initialized())
     conn.send(report)
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+DDP_FORKED_LIMIT, DDP_SPAWNED_LIMIT = 60, 240
+"""Seconds the ranks of one run get, forked or spawned. The reference answer took 4.4 s forked and 42 s spawned on a
+GPU machine (each spawned rank imports torch first); a rank left waiting in a collective raises after 20 s."""
 
 
 def _run_ranks(worker: Callable, folder: str, device: str, dry: bool) -> list[dict] | str:
@@ -220,44 +240,80 @@ def _run_ranks(worker: Callable, folder: str, device: str, dry: bool) -> list[di
         _ddp_rank,
         lambda r: (worker, r, folder, device, dry),
         1 if dry else DDP_WORLD,
-        timeout=60,
-        stuck="does every rank make the same collective calls?",
+        timeout=DDP_FORKED_LIMIT,
+        spawned_timeout=DDP_SPAWNED_LIMIT,
+        stuck=(
+            "that is usually a rank that never returns: a loop without an end, or a process group or collective "
+            "given a long timeout and waiting for a peer that never comes"
+        ),
         backward=True,
     )
 
 
-def _ddp_hint(reports: list[dict], out: str, reference: torch.Tensor) -> str | None:
+def _shuffled_as(order: list[int], rank: int) -> int | None:
+    """The epoch whose shuffle (DistributedSampler, seed 0, ``set_epoch(epoch)``) gives ``rank`` this ``order``."""
+    from torch.utils.data import DistributedSampler
+
+    sampler = DistributedSampler(range(DDP_SAMPLES), num_replicas=DDP_WORLD, rank=rank, shuffle=True, seed=0)
+    for epoch in range(4 * DDP_EPOCHS):
+        sampler.set_epoch(epoch)
+        if list(sampler) == order:
+            return epoch
+    return None
+
+
+def _uses_gloo(backend: str) -> bool:
+    """Whether a group with ``backend`` reduces CPU tensors with gloo ("undefined": PyTorch picks it per device)."""
+    return backend in ("gloo", "undefined") or "cpu:gloo" in backend
+
+
+def _ddp_hint(reports: list[dict], folder: str, reference: torch.Tensor) -> str | None:
     """The first thing missing from a CPU run of the learner's ddp_worker, in the order the function does them."""
-    epochs, share = list(range(DDP_EPOCHS)), DDP_SAMPLES // DDP_WORLD
-    for rank, report in enumerate(reports):
-        if not report["joined"] and report["error"] and "not been initialized" not in report["error"]:
-            return f"rank {rank} raised {report['error']} before joining a process group"
-        if not report["joined"]:
+    from pathlib import Path
+
+    share = DDP_SAMPLES // DDP_WORLD
+    reads = [_reads(f"{folder}/reads{rank}.log") for rank in range(DDP_WORLD)]
+    for rank, (report, (_, read_in)) in enumerate(zip(reports, reads, strict=True)):
+        error = report["error"]
+        joined = (read_in | {report["group_at_error"]}) - {"none", "worker"}
+        if not joined and not error and read_in == {"worker"}:
+            continue  # read by loader workers only: the averaged weights, compared below, show whether it joined
+        if not joined and error and "not been initialized" not in error:
+            gloo = "; on the CPU the backend is gloo" if "nccl" in error.lower() else ""
+            return f"rank {rank} raised {error} before joining a process group{gloo}"
+        if not joined:
             return (
                 f"rank {rank} never joined a process group: call dist.init_process_group(backend, "
                 "init_method=init_method, rank=rank, world_size=world_size) first"
             )
-        if report["backend"] != "gloo":
-            return f"on the CPU the backend is gloo, got {report['backend']!r}"
-        error = report["error"]
+        if "none" in read_in:
+            return f"rank {rank} read training samples before it joined the process group: join it first"
+        for size, backend in (group.split(" ", 1) for group in joined):
+            if int(size) != DDP_WORLD:
+                return f"rank {rank} was in a group of {size} processes: pass world_size=world_size"
+            if not _uses_gloo(backend):
+                return f"on the CPU the backend is gloo, got {backend!r}"
         if error and "device_ids" in error:
             return "device_ids is for a model on a GPU (device_ids=[device.index]); for a model on the CPU leave it out"
         if error:
             return f"rank {rank} raised {error}"
-    for rank, report in enumerate(reports):
-        seen = len(report["seen"])
-        if seen == DDP_EPOCHS * DDP_SAMPLES:
+    for rank, (seen, _) in enumerate(reads):
+        if len(seen) == DDP_EPOCHS * DDP_SAMPLES:
             return (
                 f"no sampler: each rank saw the whole data set ({DDP_SAMPLES} samples an epoch, not its share of "
                 f"{share}); give the DataLoader sampler=DistributedSampler(train_set)"
             )
-        if seen != DDP_EPOCHS * share:
-            return f"rank {rank} trained on {seen} samples in {DDP_EPOCHS} epochs; its share is {share} an epoch"
-    calls = reports[0]["set_epoch"]
-    if calls != epochs:
-        if not calls:
-            return "sampler.set_epoch(epoch) is never called: every epoch repeats the first epoch's order"
-        return f"set_epoch was called with {calls}: call sampler.set_epoch(epoch) at the start of epoch 0, 1, ..."
+        if len(seen) != DDP_EPOCHS * share:
+            return f"rank {rank} trained on {len(seen)} samples in {DDP_EPOCHS} epochs; its share is {share} an epoch"
+    seen = reads[0][0]
+    shuffles = [_shuffled_as(seen[e * share : (e + 1) * share], 0) for e in range(DDP_EPOCHS)]
+    if shuffles == [0] * DDP_EPOCHS:
+        return "every epoch repeated the first epoch's order: call sampler.set_epoch(epoch) at the start of each epoch"
+    if None not in shuffles and shuffles != list(range(DDP_EPOCHS)):
+        return (
+            f"the epochs were shuffled as the sampler's epochs {shuffles}: call sampler.set_epoch(epoch) at the start "
+            "of epoch 0, 1, ..."
+        )
     weights = [torch.tensor(report["weights"]) for report in reports]
     gap = max((w - weights[0]).abs().max().item() for w in weights)
     if gap > DDP_TOLERANCE:
@@ -275,9 +331,9 @@ def _ddp_hint(reports: list[dict], out: str, reference: torch.Tensor) -> str | N
         return "rank 1 printed too: print on rank 0 only (if rank == 0)"
     if not reports[0]["printed"]:
         return "rank 0 printed nothing: keep the epoch line, on rank 0"
-    if reports[1]["saved"]:
+    if any(any(Path(folder, f"rank{rank}").iterdir()) for rank in range(1, DDP_WORLD)):
         return "rank 1 saved too: save on rank 0 only, or the ranks write one file at once"
-    saved = _saved_hint(out)
+    saved = _saved_hint(f"{folder}/rank0/model.pt")
     if saved:
         return saved
     if any(report["open"] for report in reports):
@@ -302,8 +358,10 @@ def _saved_hint(out: str) -> str | None:
 @exercise("07_ddp_worker", "turn the single-process loop into DDP", function=True)
 def check_ddp_worker(ddp_worker: Callable | None) -> str | None:
     """``ddp_worker(rank, world_size, init_method, model, train_set, device, out)`` trains like one process on the
-    global batch: run in two forked CPU processes (gloo) and compared with one process on the same data; then run to
-    its init_process_group with a CUDA device, for the backend it picks there."""
+    global batch: run in two CPU processes (gloo), each with ``out`` in a folder of its own, and compared with one
+    process on the same data; then run with a CUDA device up to where its process group would be made, for the backend
+    it picks there. What each rank did is observed (the group it read its samples in, the files it wrote), whatever
+    names its code calls."""
     import tempfile
 
     import torch._dynamo  # noqa: F401  before any process group: DDP imports it (helpers.distributed.leaving_cleanly)
@@ -314,7 +372,7 @@ def check_ddp_worker(ddp_worker: Callable | None) -> str | None:
         reports = _run_ranks(ddp_worker, folder, "cpu", dry=False)
         if isinstance(reports, str):
             return reports
-        hint = _ddp_hint(reports, f"{folder}/model.pt", reference)
+        hint = _ddp_hint(reports, folder, reference)
         if hint:
             return hint
     with tempfile.TemporaryDirectory() as folder:
@@ -322,8 +380,9 @@ def check_ddp_worker(ddp_worker: Callable | None) -> str | None:
         if isinstance(reports, str):
             return reports
         backend, error = reports[0]["backend"], reports[0]["error"]
-        if not reports[0]["joined"]:
-            return f"with device cuda:0, ddp_worker raised {error} before init_process_group"
-        if backend != "nccl":
+        if backend is None:
+            ended = f"raised {error}" if error else "returned"
+            return f"with device cuda:0, ddp_worker {ended} before it made a process group"
+        if backend != "undefined" and "nccl" not in backend:
             return f"with device cuda:0 the backend was {backend!r}: a model on a CUDA GPU uses nccl (test device.type)"
     return None

@@ -6,6 +6,7 @@ import functools
 import json
 import linecache
 import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from exercises import core
+from exercises import core, lesson_07
 from exercises.checks import CHECKERS
 from helpers import distributed
 
@@ -121,6 +122,67 @@ def _ddp_worker(rank, world_size, init_method, model, train_set, device, out, ep
     return model
 
 
+def _ddp_worker_from_imports(rank, world_size, init_method, model, train_set, device, out, epochs=2, batch_size=8):
+    """The reference written with names imported from their modules (and reading with a loader worker): the checker
+    must see the group joined and the file saved whatever the names are."""
+    from torch import save
+    from torch.distributed import destroy_process_group, init_process_group
+    from torch.nn.functional import cross_entropy
+
+    init_process_group(
+        "nccl" if device.type == "cuda" else "gloo", init_method=init_method, rank=rank, world_size=world_size
+    )
+    sampler = DistributedSampler(train_set)
+    loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler, num_workers=1)
+    model = DDP(model.to(device), device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for X, y in loader:
+            loss = cross_entropy(model(X.to(device)), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        if rank == 0:
+            print(f"epoch {epoch + 1}: last loss {loss.item():.4f}")
+    if rank == 0:
+        save(model.module.state_dict(), out)
+    destroy_process_group()
+
+
+def _every_rank_saves_with_save_imported(rank, world_size, init_method, model, train_set, device, out, **kwargs):
+    """Right but for one thing: every rank saves, through ``from torch import save``."""
+    from torch import save
+
+    model = _ddp_worker(rank, world_size, init_method, model, train_set, device, out, no_destroy=True, **kwargs)
+    save(model.module.state_dict(), out)
+    dist.destroy_process_group()
+
+
+def _set_epoch_off_by_one(rank, world_size, init_method, model, train_set, device, out, epochs=2, batch_size=8):
+    """Right but for one thing: the sampler's epochs are counted from 1."""
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
+    sampler = DistributedSampler(train_set)
+    loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler)
+    model = DDP(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch + 1)
+        for X, y in loader:
+            loss = nn.functional.cross_entropy(model(X), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    dist.destroy_process_group()
+
+
+def _never_returns(*args, **kwargs):
+    import time
+
+    while True:
+        time.sleep(1)
+
+
 def _from_notebook(marker: str) -> Callable:
     """The lesson's ``ddp_worker`` from its code cell that holds ``marker`` (the exercise cell as handed out, its DDP
     lines still to write, or the reference solution), defined as Jupyter defines it: in ``__main__``, its source in
@@ -155,18 +217,30 @@ def test_ddp_worker_reference_passes(capsys: pytest.CaptureFixture[str]) -> None
 
 
 @pytest.mark.parametrize(
+    "answer",
+    [_ddp_worker_from_imports, _with(backend=None)],
+    ids=["names imported from their modules, a loader worker", "no backend: PyTorch picks gloo and nccl per device"],
+)
+@pytest.mark.slow  # forks or spawns two training processes, twice
+def test_ddp_worker_right_answers_written_differently_pass(answer, capsys: pytest.CaptureFixture[str]) -> None:
+    assert CHECKERS["07_ddp_worker"](answer), capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
     ("answer", "hint"),
     [
         (_from_notebook("# DDP: join"), "never joined a process group"),
         (_with(no_init=True), "never joined a process group"),
-        (_with(backend=None), "on the CPU the backend is gloo, got None"),
+        (_with(backend="nccl"), "on the CPU the backend is gloo"),
         (_with(backend="gloo"), "a model on a CUDA GPU uses nccl"),  # right on the CPU, wrong on a GPU
         (_with(no_sampler=True), "no sampler: each rank saw the whole data set"),
-        (_with(no_set_epoch=True), "set_epoch(epoch) is never called"),
+        (_with(no_set_epoch=True), "every epoch repeated the first epoch's order"),
+        (_set_epoch_off_by_one, "shuffled as the sampler's epochs [1, 2]"),
         (_with(no_ddp=True), "the ranks ended with different weights"),
         (_with(device_ids=[0]), "device_ids is for a model on a GPU"),
         (_with(every_rank_prints=True), "rank 1 printed too"),
         (_with(every_rank_saves=True), "rank 1 saved too"),
+        (_every_rank_saves_with_save_imported, "rank 1 saved too"),
         (_with(prefix=True), "the saved keys start with 'module.'"),
         (_with(no_destroy=True), "end with dist.destroy_process_group()"),
         (_with(shuffle=False), "the weights differ from one process trained on the same global batches"),
@@ -185,9 +259,10 @@ def test_ddp_worker_mistakes(answer, hint: str, capsys: pytest.CaptureFixture[st
     [
         (_from_notebook("dist.destroy_process_group()"), None),
         (_from_notebook("# DDP: join"), "never joined a process group"),
-        (_with(no_set_epoch=True), "set_epoch(epoch) is never called"),
+        (_with(no_set_epoch=True), "every epoch repeated the first epoch's order"),
+        (_ddp_worker_from_imports, None),
     ],
-    ids=["solution cell", "exercise cell", "a mistake"],
+    ids=["solution cell", "exercise cell", "a mistake", "names imported"],
 )
 @pytest.mark.slow  # spawns two training processes, each importing torch
 def test_ddp_worker_where_a_fork_cannot_run_autograd_spawns_its_ranks(answer, hint, monkeypatch, capsys) -> None:
@@ -202,10 +277,26 @@ def test_ddp_worker_where_a_fork_cannot_run_autograd_spawns_its_ranks(answer, hi
         return real(method)
 
     monkeypatch.setattr(core, "multiprocessing_context", context)
+    start = time.perf_counter()
     assert CHECKERS["07_ddp_worker"](answer) is (hint is None)
+    seconds = time.perf_counter() - start
     out = capsys.readouterr().out
     assert ("[pass]" in out) if hint is None else ("[not yet]" in out and hint in out), out
     assert spawned and set(spawned) == {"spawn"}
+    # both runs together (two ranks, then one) within a third of the limit each run has: 18 to 33 s on two busy cores
+    assert seconds < lesson_07.DDP_SPAWNED_LIMIT / 3, f"spawned check took {seconds:.0f} s"
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.slow  # starts two processes that run until the limit stops them
+def test_ddp_worker_past_the_time_limit_says_it_was_the_limit(method, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(distributed, "start_method", lambda backward: method)
+    monkeypatch.setattr(lesson_07, "DDP_FORKED_LIMIT", 2)
+    monkeypatch.setattr(lesson_07, "DDP_SPAWNED_LIMIT", 3)
+    assert not CHECKERS["07_ddp_worker"](_never_returns)
+    out = capsys.readouterr().out
+    how = "2 s (forked" if method == "fork" else "3 s (spawned, each importing torch first)"
+    assert f"ran past the check's time limit of {how}" in out and "a rank that never returns" in out, out
 
 
 def test_ddp_worker_none_is_waiting() -> None:

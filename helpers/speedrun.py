@@ -865,25 +865,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--device {args.device}: {exc}")
     dataset = args.dataset
     target = args.target if args.target is not None else default_target(dataset, args.quick)
-    try:
-        data = load_data(dataset, args.quick)
-    except DatasetUnavailableError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
     from helpers.training import progress_bar
 
     seeds = list(range(args.runs))
-    split = measure_loader_share(data, device, args.quick)
-    print(split.line())
-    rungs = ladder(device, args.quick, data_first=split.data_first)
-    bar = progress_bar(total=len(rungs) * len(seeds), unit="run", file=sys.stderr, disable=args.no_progress)
+    # One bar from the start: it names what runs now (loading, timing rung 0's step, then each rung and seed) and is
+    # drawn again as each run starts, so the first minutes of a full run on a CPU no longer sit at 0/N unexplained.
+    bar = progress_bar(total=None, unit="run", file=sys.stderr, disable=args.no_progress)
 
-    def tick(name: str, runs: int) -> None:
-        bar.set_description(name[:30])
-        bar.update(runs)
+    def now(what: str) -> None:
+        bar.set_description(what)
+        bar.refresh()  # also where the bar redraws sparsely (no terminal): once per run is cheap
 
-    results = run_ladder(data, device, target, seeds, args.quick, rungs, progress=tick)
-    bar.close()
+    try:
+        now(f"loading {dataset}")
+        try:
+            data = load_data(dataset, args.quick)
+        except DatasetUnavailableError as exc:
+            bar.close()
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        now("timing rung 0's step")
+        split = measure_loader_share(data, device, args.quick)
+        bar.clear()
+        print(split.line(), flush=True)
+        rungs = ladder(device, args.quick, data_first=split.data_first)
+        bar.total = len(rungs) * len(seeds)
+
+        def run(recipe: Recipe, data: Data, device: torch.device, target: float, seed: int, quick: bool) -> Attempt:
+            rung = rungs[min(bar.n // len(seeds), len(rungs) - 1)]  # a skipped rung counts all its seeds at once
+            now(f"{rung.name[:30]}, seed {seed}")
+            return run_recipe(recipe, data, device, target, seed, quick)
+
+        def tick(name: str, runs: int) -> None:
+            bar.update(runs)
+
+        results = run_ladder(data, device, target, seeds, args.quick, rungs, run=run, progress=tick)
+    finally:
+        bar.close()
     print(
         f"{dataset} to {target:.0%} test accuracy on {device} ({hardware(device)['device_name']}), "
         f"{len(seeds)} seed(s) per rung{', quick mode' if args.quick else ''}"
@@ -907,5 +925,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+STOPPED = "Stopped by SIGINT before the ladder finished; nothing was written."
+"""The one line ``python -m helpers.speedrun`` ends with on Ctrl-C (exit status 130), as the course runner does."""
+
+
+def stop_children() -> int:
+    """End the processes this one started (multiprocessing's: DataLoader workers) and wait for them; how many."""
+    import multiprocessing
+
+    children = multiprocessing.active_children()
+    for child in children:
+        child.terminate()
+    for child in children:
+        child.join(5)
+        if child.is_alive():
+            child.kill()
+            child.join()
+    return len(children)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        stop_children()
+        print(STOPPED, file=sys.stderr)
+        sys.exit(130)

@@ -18,7 +18,7 @@ def run_faked(
     the measured (feed, step) seconds of the baseline's step."""
     seen: dict = {}
 
-    def fake_ladder(data, device, target, seeds, quick, rungs, progress):
+    def fake_ladder(data, device, target, seeds, quick, rungs, run=None, progress=None):
         seen.update(target=target, dataset=data.name, rungs=[r.name for r in rungs])
         attempt = speedrun.Attempt(True, 1.0, 0.0, 0.0, 1, target, [(1.0, target)])
         return [speedrun.RungResult(rungs[0], speedrun.Recipe(), [attempt] * len(seeds), "baseline")]

@@ -4,25 +4,35 @@
     python tools/ddp_stress.py --launches 20 --busy 2 --keep-going
 
 A failure is any launch whose torchrun exit code is not 0 or whose checkpoint is missing; its output is saved in the
-log folder. Exit status 1 when any launch failed. This is a benchmark-style check, not a test: it takes about ten
-seconds a launch on two cores.
+log folder. Exit status 1 when any launch failed; Ctrl-C ends the launch under way and the busy processes, prints one
+line and exits with status 130. This is a benchmark-style check, not a test: it takes about ten seconds a launch on
+two cores.
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from helpers import ddp_train, distributed
+STOPPED = "Stopped by SIGINT"
+"""How the one line printed on Ctrl-C starts (exit status 130, as the course runner's)."""
+
+try:  # torch loads here: a Ctrl-C in these seconds is one line too
+    from helpers import ddp_train, distributed
+except KeyboardInterrupt:
+    print(f"{STOPPED} before the first launch.", file=sys.stderr)
+    sys.exit(128 + signal.SIGINT)
 
 QUICK = ["--device", "cpu", "--epochs", "1", "--synthetic-size", "64", "--batch-size", "16"]
 
 
 def _spin() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches it too; main ends it
     while True:
         pass
 
@@ -45,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         s.start()
     failures: list[str] = []
     start = time.perf_counter()
+    done, stopped = 0, False
     try:
         for i in range(1, args.launches + 1):
             with tempfile.TemporaryDirectory() as out:
@@ -59,13 +70,22 @@ def main(argv: list[str] | None = None) -> int:
                 print(failures[-1], flush=True)
                 if not args.keep_going:
                     break
+            done = i
             if i % 10 == 0:
                 print(f"{i} launches, {len(failures)} failed, {time.perf_counter() - start:.0f} s", flush=True)
+    except KeyboardInterrupt:  # run_together has stopped the launch under way: torchrun, then its workers
+        stopped = True
     finally:
         for s in spinners:
             s.terminate()
             s.join()
-    done = i
+    if stopped:
+        print(
+            f"{STOPPED} after {done} of {args.launches} launches ({len(failures)} failed); every process it started "
+            "has ended.",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGINT
     print(
         f"{done} launches of {args.nproc} processes with {args.busy} busy process(es) beside them: "
         f"{len(failures)} failed, {time.perf_counter() - start:.0f} s"

@@ -22,8 +22,9 @@ INT32_MAX = 2**31 - 1
 INT32_COUNTED = frozenset({"aten::max_pool2d_with_indices"})
 """Operators whose CUDA kernel counts the elements of its output in a 32-bit ``int``: above ``INT32_MAX`` it raises
 ``RuntimeError: integer out of range`` (``safe_downcast<int, int64_t>(output.numel())`` in PyTorch's
-``aten/src/ATen/native/cuda/DilatedMaxPool2d.cu``), however much memory is free. The convolutions, element-wise
-operators and matrix products of the course's models split or index such sizes in 64 bits."""
+``aten/src/ATen/native/cuda/DilatedMaxPool2d.cu``), however much memory is free. The lesson's CNN calls no other
+operator with such a limit: PyTorch splits a cuDNN convolution's batch when a tensor passes it, and its element-wise
+kernels split or index in 64 bits."""
 
 
 @dataclass(frozen=True)

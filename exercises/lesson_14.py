@@ -195,7 +195,8 @@ def check_fully_shard(shard: Callable | None) -> str | None:
 @exercise("14_rank_bytes", "bytes per rank for {parameters:,} float32 parameters with Adam on {ranks} ranks")
 def check_rank_bytes(ddp_bytes: int | None, fsdp_bytes: int | None, parameters: int, ranks: int) -> str | None:
     """What each rank holds of a model's float32 parameters, their gradients and Adam's two state tensors (exp_avg and
-    exp_avg_sq), under DDP (all of it) and under FSDP (1/ranks of it); activations and buffers left out."""
+    exp_avg_sq), under DDP with gradient_as_bucket_view=True (all of it; its buckets are the gradients) and under FSDP
+    (1/ranks of it); activations and buffers left out."""
     for name, value in (("ddp_bytes", ddp_bytes), ("fsdp_bytes", fsdp_bytes)):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return f"expected a number for {name}, got {type(value).__name__}"
@@ -210,6 +211,11 @@ def check_rank_bytes(ddp_bytes: int | None, fsdp_bytes: int | None, parameters: 
         for n, what in per_parameter.items():
             if what and ddp_bytes == n * parameters:
                 return f"ddp_bytes counts {what}: 4 bytes each of parameters, gradients, exp_avg and exp_avg_sq"
+        if ddp_bytes == 20 * parameters:
+            return (
+                "that counts DDP's gradient buckets as well; with gradient_as_bucket_view=True the gradients are views "
+                "into the buckets, so they are counted once"
+            )
         if ddp_bytes == ddp_right // ranks:
             return "that is FSDP's figure: under DDP every rank holds the whole of all four"
         return f"ddp_bytes: {ddp_bytes:,} is not 4 bytes times 4 tensors' worth of {parameters:,} parameters"

@@ -7,7 +7,9 @@
 ``fully_shard`` on each linear layer and then on the whole model splits every parameter along its first dimension
 across the ranks of a device mesh: each rank keeps 1/N of the parameters, of their gradients and of the optimizer's
 state, gathers a layer's full weights just before using it, and frees them after. The script prints the bytes each
-rank holds of the three, so they can be set against DDP's full copy on every rank.
+rank holds of the three, so they can be set against DDP's full copy on every rank, and, under DDP, the bytes of its
+gradient buckets: the flat tensors DDP copies the gradients into to all-reduce them, as large again as the gradients
+unless ``--bucket-view`` (``gradient_as_bucket_view=True``) makes the gradients views into them.
 
 The mesh is named with this process's device type: ``init_device_mesh`` without one picks CUDA whenever CUDA is
 present, even for a gloo group of CPU processes.
@@ -45,6 +47,7 @@ def parse_args(argv: Sequence[str] | None = None):
     p.add_argument("--depth", type=arguments.positive_int, default=4, help="hidden layers (default 4)")
     p.add_argument("--steps", type=arguments.positive_int, default=10, help="optimizer steps (default 10)")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum: optimizer state to shard (default 0.9)")
+    p.add_argument("--bucket-view", action="store_true", help="DDP: gradients as views into its buckets")
     p.add_argument("--check", action="store_true", help="compare with one process on the global batch (rank 0)")
     p.add_argument("--divide-loss", action="store_true", help="divide the loss by the world size (a torch that sums)")
     p.add_argument("--timeout", type=arguments.seconds, default=60.0, help="seconds a collective may wait (default 60)")
@@ -64,8 +67,18 @@ def local(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
+def bucket_bytes(model: DDP) -> int:
+    """Bytes of DDP's gradient buckets that the gradients do not already hold: every bucket's size (as DDP logs them)
+    where the gradients are separate tensors, none where they are views into the buckets (gradient_as_bucket_view)."""
+    logged = model._get_ddp_logging_data()  # the reducer's own record; its buckets are not reachable from Python
+    if logged.get("gradient_as_bucket_view"):
+        return 0
+    return sum(int(size) for size in str(logged.get("bucket_sizes", "")).split(",") if size.strip())
+
+
 def held_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
-    """Bytes this rank stores of the parameters, their gradients and the optimizer's state."""
+    """Bytes this rank stores of the parameters, their gradients and the optimizer's state, and for a DDP model of its
+    gradient buckets beyond the gradients (``bucket_bytes``)."""
 
     def size(tensor: torch.Tensor) -> int:
         part = local(tensor)
@@ -73,11 +86,14 @@ def held_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, 
 
     parameters = list(model.parameters())
     states = [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
-    return {
+    held = {
         "parameters": sum(size(p) for p in parameters),
         "gradients": sum(size(p.grad) for p in parameters if p.grad is not None),
         "optimizer state": sum(size(s) for s in states if s.dim() > 0),  # not the scalar step counters
     }
+    if isinstance(model, DDP):
+        held["DDP's buckets"] = bucket_bytes(model)
+    return held
 
 
 def full_weights(model: nn.Module) -> torch.Tensor:
@@ -163,7 +179,8 @@ def train(args, data, device: torch.device) -> dict:
                 fully_shard(layer, mesh=mesh)  # each layer's weights gathered just before it runs, freed after
         fully_shard(model, mesh=mesh)
     else:
-        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        ids = [device.index] if device.type == "cuda" else None
+        model = DDP(model, device_ids=ids, gradient_as_bucket_view=args.bucket_view)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -198,6 +215,7 @@ def train(args, data, device: torch.device) -> dict:
     held = held_bytes(model, optimizer)
     timed = seconds[2:] or seconds  # the first steps include one-time set-up
     summary = {"wrap": args.wrap, "world_size": world_size, "held_bytes": held, "steps": step}
+    summary["bucket_view"] = args.bucket_view
     summary.update(step_seconds=statistics.median(timed), shard=shard_of(next(model.parameters())))
     if device.type == "cuda":
         summary["peak_allocated_bytes"] = torch.cuda.max_memory_allocated(device)

@@ -32,6 +32,7 @@ def test_rank_bytes() -> None:
     assert not check(16 * p, 16 * p, p, n)  # FSDP as if it replicated
     assert not check(16 * p, 4 * p // n + 12 * p, p, n)  # only the parameters sharded
     assert not check(2 * p, 2 * p, p, n)  # FSDP's figure for DDP's
+    assert not check(20 * p, 20 * p // n, p, n)  # DDP's buckets counted apart from the gradients they are
     assert not check(16 * p, 2 * p + 1, p, n)
     assert not check(True, 2 * p, p, n)
 

@@ -76,6 +76,31 @@ def test_held_bytes_counts_parameters_gradients_and_optimizer_state() -> None:
     }
 
 
+@pytest.mark.parametrize("view", [False, True])
+def test_held_bytes_counts_ddps_buckets_unless_the_gradients_are_views_into_them(view: bool) -> None:
+    """DDP copies each gradient into a flat bucket for its all-reduce and keeps the buckets: 4 more bytes a parameter,
+    none with gradient_as_bucket_view=True, where the gradients are those buckets."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = DDP(wide_mlp(8, 2), gradient_as_bucket_view=view)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        model(torch.randn(2, 1, 28, 28)).sum().backward()
+        optimizer.step()
+        held = held_bytes(model, optimizer)
+    finally:
+        dist.destroy_process_group()
+    count = 784 * 8 + 8 + 8 * 8 + 8 + 8 * 10 + 10
+    assert held == {
+        "parameters": 4 * count,
+        "gradients": 4 * count,
+        "optimizer state": 4 * count,
+        "DDP's buckets": 0 if view else 4 * count,
+    }
+
+
 def run(wrap: str, out: Path, *extra: str) -> dict:
     args = ["--wrap", wrap, "--check", "--steps", "6", "--width", "64", "--depth", "2", "--out", str(out), *extra]
     done = distributed.torchrun(2, args, timeout=180, module=MODULE)

@@ -393,19 +393,39 @@ def findings(results: list[Measurement], workers: int = 2) -> list[str]:
         for t in ("linear", "cnn"):
             if (last, t) not in by or not by[(last, t)].batches or not by[(last, "data")].batches:
                 continue
-            feed, step = by[(last, "data")].step_seconds, by[(last, t)].step_seconds
-            share = min(feed / step, 1.0)
-            if share < 0.2:
-                verdict = "the model's own step, not the data, sets the pace"
-            elif share > 0.5:
-                verdict = "feeding the data is still most of the step"
-            else:
-                verdict = "feeding the data and the model's step both matter"
-            lines.append(
-                f"In row {number[last]} with the {TASK_TITLES[t]}, feeding a batch took {format_seconds(feed)} of a "
-                f"{format_seconds(step)} step ({share:.0%}): {verdict}."
-            )
+            lines.append(feeding_line(by[(last, "data")], by[(last, t)], number[last]))
     return lines
+
+
+def feeding_line(feed: Measurement, whole: Measurement, row: int) -> str:
+    """How much of a training step feeding the data takes in one row: its data-only pass against its pass with the
+    model, both per batch over the same pipeline. A share is given only where feeding alone is clearly the shorter
+    (beyond the repeats' spread); two separate passes can also come out the other way, and the line then says so."""
+    f, w = feed.step_seconds, whole.step_seconds
+    head = (
+        f"In row {row} with the {TASK_TITLES[whole.task]}, a batch took {format_seconds(f)} to feed alone and "
+        f"{format_seconds(w)} to feed and train on"
+    )
+    c = compare(whole.per_batch(), feed.per_batch(), MIN_NOISE)  # "faster": feeding alone is clearly the shorter
+    if c.direction == "faster":
+        share = f / w
+        if share < 0.2:
+            verdict = "the model's own step, not the data, sets the pace"
+        elif share > 0.5:
+            verdict = "feeding the data is still most of the step"
+        else:
+            verdict = "feeding the data and the model's step both matter"
+        return f"{head}, so feeding is {share:.0%} of the step: {verdict}."
+    if not c.clear:
+        return (
+            f"{head}, no clear difference ({c.why_unclear}): the model's work adds nothing this run can see, so "
+            "feeding the data is the whole step."
+        )
+    return (
+        f"{head}: feeding alone measured slower than feeding and training, which only a change in the machine's load "
+        "between the two passes explains, so this run cannot split the step; run the benchmark again on a quieter "
+        "machine."
+    )
 
 
 def goal_lines(results: list[Measurement]) -> list[str]:

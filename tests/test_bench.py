@@ -142,8 +142,8 @@ def test_findings_follow_the_numbers():
     assert lines[2].startswith("Row 4, batched by index (DeviceResidentLoader), against row 3 (images/s ratio): ")
     assert "data only 33.33x, faster" in lines[2] and "CNN 1.25x, faster" in lines[2]
     assert lines[4] == (
-        "In row 4 with the CNN, feeding a batch took 416.7 us of a 125.0 ms step (0%): the model's own step, not the "
-        "data, sets the pace."
+        "In row 4 with the CNN, a batch took 416.7 us to feed alone and 125.0 ms to feed and train on, so feeding is "
+        "0% of the step: the model's own step, not the data, sets the pace."
     )
     slow_feed = {**rates, ("resident", "data"): 1500, ("resident", "linear"): 1000}
     assert "feeding the data is still most of the step" in bench.findings(_results(slow_feed))[3]
@@ -151,6 +151,28 @@ def test_findings_follow_the_numbers():
     assert goals[0].startswith("  data only     row 4  300.0x the lab's images/s ")
     assert goals[0].endswith("(300,000 against 1,000 img/s; goal >= 100x: met)")
     assert goals[2].endswith("(1,000 against 300 img/s; goal >= 2x: met)")
+
+
+def test_feeding_is_a_share_of_the_step_only_where_it_is_clearly_the_shorter():
+    """Feeding alone and the whole step come from two passes: where feeding alone measured no shorter, no share (it
+    was once clamped to a "1.3 ms of a 587.6 us step (100%)")."""
+    rates = {("lab", "data"): 1000, ("lab", "linear"): 900, ("lab", "cnn"): 300}
+    slower_feed = {**rates, ("resident", "data"): 1000 / 1.3, ("resident", "linear"): 1000 / 0.5876}
+    line = bench.findings(_results(slower_feed))[-1]
+    assert line == (
+        "In row 2 with the linear model, a batch took 162.5 ms to feed alone and 73.5 ms to feed and train on: "
+        "feeding alone measured slower than feeding and training, which only a change in the machine's load between "
+        "the two passes explains, so this run cannot split the step; run the benchmark again on a quieter machine."
+    )
+    assert "%" not in line.split(":")[0]
+    alike = {**rates, ("resident", "data"): 1000, ("resident", "linear"): 990}
+    line = bench.findings(_results(alike, spread=0.3))[-1]
+    assert "no clear difference (inside the 30% spread of the repeats)" in line
+    assert line.endswith("feeding the data is the whole step.") and "100%" not in line
+    for feed_rate in (1500, 2500, 10_000):  # each share is feed / step, below 100%, with the verdict of its size
+        line = bench.findings(_results({**rates, ("resident", "data"): feed_rate, ("resident", "linear"): 1000}))[-1]
+        share = round(100 * 1000 / feed_rate)
+        assert f"so feeding is {share}% of the step" in line
 
 
 def test_speedups_divide_by_the_lab():

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from torch import nn
+from torch import nn, save
+from torch.distributed import destroy_process_group, init_process_group
+from torch.nn.functional import cross_entropy
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
@@ -122,18 +124,16 @@ def _ddp_worker(rank, world_size, init_method, model, train_set, device, out, ep
     return model
 
 
-def _ddp_worker_from_imports(rank, world_size, init_method, model, train_set, device, out, epochs=2, batch_size=8):
-    """The reference written with names imported from their modules (and reading with a loader worker): the checker
-    must see the group joined and the file saved whatever the names are."""
-    from torch import save
-    from torch.distributed import destroy_process_group, init_process_group
-    from torch.nn.functional import cross_entropy
-
+def _ddp_worker_from_imports(
+    rank, world_size, init_method, model, train_set, device, out, epochs=2, batch_size=8, num_workers=0
+):
+    """The reference written with names imported from their modules when this file loads, as a notebook's first cell
+    imports them: the checker must see the group joined and the file saved whatever the names are."""
     init_process_group(
         "nccl" if device.type == "cuda" else "gloo", init_method=init_method, rank=rank, world_size=world_size
     )
     sampler = DistributedSampler(train_set)
-    loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler, num_workers=1)
+    loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler, num_workers=num_workers)
     model = DDP(model.to(device), device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(epochs):
@@ -151,9 +151,7 @@ def _ddp_worker_from_imports(rank, world_size, init_method, model, train_set, de
 
 
 def _every_rank_saves_with_save_imported(rank, world_size, init_method, model, train_set, device, out, **kwargs):
-    """Right but for one thing: every rank saves, through ``from torch import save``."""
-    from torch import save
-
+    """Right but for one thing: every rank saves, through ``save`` imported from torch when this file loads."""
     model = _ddp_worker(rank, world_size, init_method, model, train_set, device, out, no_destroy=True, **kwargs)
     save(model.module.state_dict(), out)
     dist.destroy_process_group()
@@ -218,8 +216,8 @@ def test_ddp_worker_reference_passes(capsys: pytest.CaptureFixture[str]) -> None
 
 @pytest.mark.parametrize(
     "answer",
-    [_ddp_worker_from_imports, _with(backend=None)],
-    ids=["names imported from their modules, a loader worker", "no backend: PyTorch picks gloo and nccl per device"],
+    [_ddp_worker_from_imports, functools.partial(_ddp_worker_from_imports, num_workers=1), _with(backend=None)],
+    ids=["names imported from their modules", "a loader worker", "no backend: PyTorch picks gloo and nccl per device"],
 )
 @pytest.mark.slow  # forks or spawns two training processes, twice
 def test_ddp_worker_right_answers_written_differently_pass(answer, capsys: pytest.CaptureFixture[str]) -> None:

@@ -315,6 +315,42 @@ def test_a_failed_install_says_why_and_stops_the_lesson(where, fresh_env, learne
     assert run_in(python, "import importlib.util as u; print(u.find_spec('course_setup'))", work) == "None"
 
 
+def older_torch(borrowed: Path, target: Path, version: str) -> Path:
+    """``borrowed`` again, but its torch's metadata says ``version``: a platform whose PyTorch predates the course."""
+    target.mkdir()
+    for entry in borrowed.iterdir():
+        if entry.name.startswith("torch-") and entry.name.endswith(".dist-info"):
+            copy = target / f"torch-{version}.dist-info"
+            shutil.copytree(entry.resolve(), copy)
+            metadata = (copy / "METADATA").read_text(encoding="utf-8")
+            (copy / "METADATA").write_text(
+                metadata.replace(f"Version: {entry.name[6:-10]}", f"Version: {version}", 1), encoding="utf-8"
+            )
+        else:
+            (target / entry.name).symlink_to(entry.resolve())
+    return target
+
+
+def test_an_older_torch_is_kept_and_stops_the_lesson_with_one_line(
+    borrowed, source, learner, tmp_path: Path, monkeypatch
+) -> None:
+    """The first cell installs the course without its dependencies: pip never replaces the platform's torch (here it
+    would have had to download one and failed; on Colab it downloads gigabytes), and check() says what to do."""
+    python, site, work = make_env(tmp_path / "env", older_torch(borrowed, tmp_path / "old", "2.7.0"))
+    github_is(monkeypatch, source.as_uri())
+    offline_builds(monkeypatch)
+    assert run_in(python, "import importlib.metadata as m; print(m.version('torch'))", work) == "2.7.0"
+
+    printed, message = stopped_at_setup(execute(first_cells(tmp_path), learner(python), work))
+    assert launch.INSTALL_FAILED not in printed, printed  # the course itself installed
+    assert "\n" not in message
+    assert message.startswith("this Python has torch 2.7.0; the course needs torch 2.8 and torchvision 0.23 or newer")
+    assert '%pip install -U "torch>=2.8" "torchvision>=0.23"' in message and "restart the runtime" in message
+    assert run_in(python, "import importlib.metadata as m; print(m.version('torch'))", work) == "2.7.0"
+    assert not any(site.glob("torch*")), "the first cell installed a second torch"
+    assert any(site.glob("pytorch_gpu_course_helpers*")), "the course was not installed"
+
+
 def test_kaggle_is_recognised_by_the_variables_devices_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     from helpers import devices
 

@@ -169,17 +169,19 @@ INSTALL_FAILED = "Could not install the course helpers (pip says why above). On 
 def bootstrap(url: str, ref: str = REF, version: str = __version__) -> str:
     """Every lesson's first code cell: install the course where ``course_setup`` is missing, then check ``helpers``.
 
-    Four lines a learner reads at a glance. pip prints its own error when an install fails, and the cell adds
-    ``INSTALL_FAILED`` under it; the import on the last line then stops Run all. ``course_setup.check`` names a stale or
-    foreign ``helpers`` with its fix (``SetupError``, shown without a traceback).
+    Four lines a learner reads at a glance. pip installs the course alone (``--no-deps``), so it never replaces the
+    platform's PyTorch; ``course_setup.check`` then stops with one line where PyTorch is missing or below the course's
+    floor, names a stale or foreign ``helpers`` with its fix (``SetupError``, shown without a traceback), and installs
+    the course's other needs where they are missing. pip prints its own error when an install fails, and the cell adds
+    ``INSTALL_FAILED`` under it; the import on the last line then stops Run all.
     """
     return (
         "import importlib.util, sys  # installs the course helpers where missing (Colab, Kaggle); the PyTorch there "
         "stays\n"
         'if importlib.util.find_spec("course_setup") is None:\n'
-        f'    !{{sys.executable}} -m pip install -q "{install_source(url, ref)}" || echo "{INSTALL_FAILED}"\n'
-        f'from course_setup import check; check("{version}", "{ref}")  # stops with the fix if `helpers` is stale or '
-        "not ours"
+        f'    !{{sys.executable}} -m pip install -q --no-deps "{install_source(url, ref)}" || echo "{INSTALL_FAILED}"\n'
+        f'from course_setup import check; check("{version}", "{ref}")  # stops with the fix: old PyTorch, stale or '
+        "foreign `helpers`"
     )
 
 

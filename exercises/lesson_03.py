@@ -35,6 +35,10 @@ def check_buffers_move(module: torch.nn.Module | None, device: torch.device) -> 
 @exercise("03_load_on_cpu", "checkpoint loaded on the CPU")
 def check_load_on_cpu(cpu_model: torch.nn.Module | None, reference: torch.nn.Module) -> str | None:
     """A fresh model on the CPU holding the same weights as ``reference`` (loaded from its checkpoint)."""
+    if hasattr(cpu_model, "missing_keys") and hasattr(cpu_model, "unexpected_keys"):
+        return (
+            "load_state_dict returns the keys it matched, not the model: build cpu_model, then call its load_state_dict"
+        )
     if not isinstance(cpu_model, torch.nn.Module):
         return f"expected an nn.Module, got {type(cpu_model).__name__}"
     if cpu_model is reference:

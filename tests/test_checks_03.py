@@ -87,3 +87,30 @@ def test_load_on_cpu_wrong_answers(capsys):
     on_meta = CNN().to("meta")
     assert check(on_meta, model) is False
     assert "map_location" in capsys.readouterr().out
+
+
+class WithBufferObjects(nn.Module):
+    """The same buffers written the newer way, as nn.Buffer attributes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mean = nn.Buffer(torch.full((4,), 0.5))
+        self.std = nn.Buffer(torch.full((4,), 0.25))
+
+
+def test_buffers_move_accepts_nn_buffer(capsys):
+    assert CHECKERS["03_buffers_move"](WithBufferObjects(), CPU) is True, capsys.readouterr().out
+
+
+def test_load_on_cpu_written_differently_and_the_chained_load(tmp_path, capsys):
+    from torch import load
+
+    torch.manual_seed(0)
+    model = CNN()
+    torch.save(model.state_dict(), tmp_path / "cnn.pt")
+    fresh = CNN()
+    fresh.load_state_dict(load(tmp_path / "cnn.pt", map_location=torch.device("cpu"), weights_only=True))
+    assert CHECKERS["03_load_on_cpu"](fresh, model) is True
+    chained = CNN().load_state_dict(load(tmp_path / "cnn.pt", map_location="cpu", weights_only=True))
+    assert CHECKERS["03_load_on_cpu"](chained, model) is False  # the matched keys, not a model
+    assert "returns the keys it matched, not the model" in capsys.readouterr().out

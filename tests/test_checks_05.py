@@ -66,6 +66,18 @@ def test_predict_proba():
     for wrong in (no_eval, with_graph, logits_only, left_in_eval):
         assert not check(wrong, cpu), wrong.__name__
 
+    def inference_mode_and_functional_softmax(model, X):
+        from torch.nn.functional import softmax
+
+        was_training = model.training
+        model.eval()
+        with torch.inference_mode():
+            probs = softmax(model(X), dim=-1)
+        model.train(was_training)
+        return probs.to("cpu")
+
+    assert check(inference_mode_and_functional_softmax, cpu)  # the same answer in other words
+
 
 def test_every_lesson_05_checker_is_covered():
     ours = {k for k in CHECKERS if k.startswith("05_")}

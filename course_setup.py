@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import os
 import re
 import subprocess
@@ -45,11 +46,14 @@ def release(version: str) -> tuple[int, ...]:
 
 
 def installed(name: str) -> str | None:
-    """The installed version of distribution ``name``, read from its metadata without importing it; None if absent."""
+    """The installed version of ``name``, read from its metadata without importing it (a build without metadata, such
+    as one from source on the path, is imported for its ``__version__``); None if absent."""
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
-        return None
+        if importlib.util.find_spec(name) is None:
+            return None
+        return str(getattr(importlib.import_module(name), "__version__", "0"))
 
 
 def platform_problem() -> str | None:

@@ -86,3 +86,15 @@ def test_check_installs_nothing_where_everything_is_there(monkeypatch) -> None:
 
     monkeypatch.setattr(course_setup.subprocess, "run", lambda *a, **k: pytest.fail("ran pip"))
     course_setup.check(helpers.__version__)
+
+
+def test_a_package_without_metadata_is_read_from_its_module(monkeypatch, tmp_path: Path) -> None:
+    """A PyTorch built from source and put on the path has no metadata: its __version__ is read instead."""
+    (tmp_path / "sourcebuilt").mkdir()
+    (tmp_path / "sourcebuilt" / "__init__.py").write_text('__version__ = "2.10.0a0+gitabc"\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert course_setup.installed("sourcebuilt") == "2.10.0a0+gitabc"
+    assert course_setup.installed("no_such_package_anywhere") is None
+    import importlib.metadata
+
+    assert course_setup.installed("tqdm") == importlib.metadata.version("tqdm")

@@ -6,8 +6,10 @@ import contextlib
 import errno
 import os
 import pickle
+import re
 import secrets
 import signal
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -106,6 +108,47 @@ def save_checkpoint(obj: Any, path: str | os.PathLike[str]) -> Path:
         finally:
             os.close(folder)
     return path
+
+
+def _temporary_name(path: Path) -> re.Pattern[str]:
+    """The names ``save_checkpoint`` gives its temporary files for ``path``: ``.NAME.<8 hex digits>.tmp``."""
+    return re.compile(rf"\.{re.escape(path.name)}\.[0-9a-f]{{8}}\.tmp")
+
+
+def remove_leftovers(path: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temporary files that saves of ``path`` killed mid-write (SIGKILL: no cleanup) left beside it, and
+    return them. Only ``save_checkpoint``'s own names for this checkpoint are touched, never any other file; call it
+    when no save of ``path`` is running, such as at the start of a job."""
+    path = Path(path).expanduser()
+    if not path.parent.is_dir():
+        return []
+    pattern = _temporary_name(path)
+    removed = []
+    for candidate in sorted(path.parent.iterdir()):
+        if pattern.fullmatch(candidate.name) and candidate.is_file() and not candidate.is_symlink():
+            with contextlib.suppress(FileNotFoundError):  # another process removed it first
+                candidate.unlink()
+                removed.append(candidate)
+    return removed
+
+
+def folder_problem(folder: str | os.PathLike[str]) -> str | None:
+    """Create ``folder`` (and its parents) for a script's output and check that a file can be written in it; what is
+    wrong, with the fix, or None when it is ready."""
+    folder = Path(folder).expanduser()
+    if folder.exists() and not folder.is_dir():
+        return f"{folder} is a file, not a folder. Fix: give a folder's path, or rename that file."
+    blocker = next((p for p in reversed(folder.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        return f"{folder} cannot be a folder: {blocker} is a file. Fix: give a path outside it, or rename that file."
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        return f"{folder} cannot be written to ({reason}). Fix: give a folder you can write to."
+    return None
 
 
 def _describe(exc: BaseException) -> str:

@@ -51,6 +51,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 @record  # on failure, torchrun's summary shows this process's traceback, not only an exit code
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    distributed.check_out_folder(args.out, "helpers.ddp_train")  # a bad --out: one line with the fix, exit 2
     data = load_data(args)  # before the process group: a download may take longer than the collective timeout
     device = distributed.process_device(args.device)  # cuda:LOCAL_RANK where every process has a GPU, else the CPU
     if device.type == "cuda":

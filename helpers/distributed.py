@@ -9,17 +9,23 @@ import itertools
 import logging
 import multiprocessing.connection
 import os
+import secrets
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import IO, Any, NamedTuple, NoReturn
 
 import torch
 import torch.distributed as dist
+
+from helpers.checkpoints import folder_problem
 
 
 def process_device(choice: str) -> torch.device:
@@ -39,6 +45,7 @@ def join_group(choice: str, timeout: float) -> torch.device:
     (``process_device``), made current on CUDA; nccl there, else gloo; collectives that give up after ``timeout``
     seconds; a world of one without torchrun. Returns the device."""
     device = process_device(choice)
+    stop_with_agent()
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(
@@ -59,14 +66,15 @@ def train_in_group(args: argparse.Namespace, train: Callable[..., Any], data: An
     return 0
 
 
-def end_process(status: int) -> NoReturn:
+def end_process(status: int | None) -> NoReturn:
     """Exit a finished worker with ``status`` at once, after flushing Python's streams, without the interpreter's
     teardown. FSDP2's modules keep the process group alive in reference cycles, so gloo's threads can outlive
     ``destroy_process_group`` into teardown, where now and then one of them aborts the process after the work is done
-    (SIGABRT, exit -6, and torchrun then reports the job as failed). Every file the script wrote is closed by then."""
+    (SIGABRT, exit -6, and torchrun then reports the job as failed). Every file the script wrote is closed by then.
+    ``None`` is 0: ``@record`` returns None for ``SystemExit(0)``, which is how ``--help`` ends."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(status)
+    os._exit(0 if status is None else status)
 
 
 def world_of_one() -> dict[str, Any]:
@@ -103,6 +111,36 @@ def leaving_cleanly(timeout: float) -> Iterator[None]:
         raise
     finally:
         dist.destroy_process_group()
+
+
+def stop_with_agent(interval: float = 0.5) -> None:
+    """Under torchrun, end this worker within ``interval`` seconds of its agent's exit, saying so on stderr. An agent
+    killed with SIGKILL cannot stop its workers (they run in sessions of their own), and a worker left alone would go
+    on training and writing files for a job that is over. A daemon thread watches the parent process id, which
+    changes when the parent is gone (the worker is handed to init or a subreaper)."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:  # not started by torchrun: no agent to watch
+        return
+    agent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == agent:
+            time.sleep(interval)
+        rank = os.environ.get("RANK", "?")
+        say(f"[rank {rank}] its torchrun agent (process {agent}) is gone; this worker stops too", sys.stderr)
+        end_process(1)
+
+    threading.Thread(target=watch, name="stop_with_agent", daemon=True).start()
+
+
+def check_out_folder(out: str, prog: str) -> None:
+    """Refuse an ``--out`` that cannot hold the script's files (a file, a path under a file, a folder that cannot be
+    written to), before anything starts: every process exits with status 2 and rank 0 alone says why and the fix. The
+    folder is created where it can be."""
+    problem = folder_problem(out)
+    if problem:
+        if int(os.environ.get("RANK", 0)) == 0:
+            say(f"{prog}: --out {problem}", sys.stderr)
+        raise SystemExit(2)
 
 
 def check_fail_rank(fail_rank: int) -> None:
@@ -275,9 +313,12 @@ def run_together(
     output so far (it is then stopped). Whatever happens, nothing started here is left running.
 
     A torchrun agent stops its workers (in sessions of their own) when it gets SIGTERM, and gives them 30 s; SIGKILL
-    would orphan them, so SIGTERM comes first and SIGKILL only after ``STOP_GRACE`` seconds.
+    would orphan them, so SIGTERM comes first and SIGKILL only after ``STOP_GRACE`` seconds. Each command starts in a
+    session of its own, whose process group gets the SIGKILL, and every process it started carries a mark in its
+    environment, by which any still running at the end is found and killed: a worker whose agent died, say.
     """
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **(env or {})}
+    mark = f"{os.getpid()}-{secrets.token_hex(6)}"
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **(env or {}), LAUNCH_MARK: mark}
     deadline = time.monotonic() + timeout
     with contextlib.ExitStack() as files:
         # Files rather than pipes: reading a pipe waits until every process holding it has exited.
@@ -289,7 +330,9 @@ def run_together(
         late: set[int] = set()
         try:
             for command, (out, err) in zip(commands, outputs, strict=True):
-                processes.append(subprocess.Popen(list(command), stdout=out, stderr=err, text=True, env=env))
+                processes.append(
+                    subprocess.Popen(list(command), stdout=out, stderr=err, text=True, env=env, start_new_session=True)
+                )
             for index, process in enumerate(processes):
                 try:
                     process.wait(timeout=max(deadline - time.monotonic(), 0.01))
@@ -297,6 +340,7 @@ def run_together(
                     late.add(index)
         finally:  # the deadline, an error, or KeyboardInterrupt (the notebook's stop button)
             _stop(processes)
+            _end_marked(mark)
         results: list[subprocess.CompletedProcess[str] | subprocess.TimeoutExpired] = []
         for index, (command, process, (out, err)) in enumerate(zip(commands, processes, outputs, strict=True)):
             out.seek(0), err.seek(0)
@@ -309,7 +353,8 @@ def run_together(
 
 
 def _stop(processes: Sequence[subprocess.Popen[str]]) -> None:
-    """SIGTERM to every process still running, then SIGKILL to any still there after ``STOP_GRACE`` seconds."""
+    """SIGTERM to every process still running, then SIGKILL to the process group of any still there after
+    ``STOP_GRACE`` seconds (each was started as the leader of a session of its own)."""
     running = [p for p in processes if p.poll() is None]
     for process in running:
         process.terminate()
@@ -318,8 +363,40 @@ def _stop(processes: Sequence[subprocess.Popen[str]]) -> None:
         try:
             process.wait(timeout=max(grace_end - time.monotonic(), 0.01))
         except subprocess.TimeoutExpired:
-            process.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+LAUNCH_MARK = "COURSE_LAUNCH"
+"""The environment variable ``run_together`` sets, to a value of its own, in every command it starts; children inherit
+it, so the processes of one launch can be found, including workers whose agent is gone."""
+
+
+def marked_processes(mark: str) -> list[int]:
+    """The running processes whose environment holds ``LAUNCH_MARK=mark`` (read from /proc; none where there is no
+    /proc, as on macOS, where the workers' own ``stop_with_agent`` ends them)."""
+    wanted = f"{LAUNCH_MARK}={mark}".encode()
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            settings = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        if wanted in settings and int(entry.name) != os.getpid():
+            found.append(int(entry.name))
+    return found
+
+
+def _end_marked(mark: str, wait: float = 10.0) -> None:
+    """SIGKILL every process that still carries this launch's mark, and wait up to ``wait`` seconds until none is
+    left (an orphan is not this process's child, so init reaps it)."""
+    deadline = time.monotonic() + wait
+    while (left := marked_processes(mark)) and time.monotonic() < deadline:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
 
 
 def root_cause(stderr: str) -> list[str]:

@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from helpers import arguments, ddp_check, distributed
-from helpers.checkpoints import load_checkpoint, save_checkpoint
+from helpers.checkpoints import load_checkpoint, remove_leftovers, save_checkpoint
 from helpers.distributed import say
 from helpers.models import build_model
 from helpers.single_train import load_data, parser
@@ -37,6 +37,7 @@ from helpers.single_train import load_data, parser
 CHECKPOINT = "resume.pt"
 LOSSES = "losses.jsonl"
 FINAL = "final.pt"
+RESUME_KEYS = ("model", "optimizer", "schedule", "step", "epoch", "position", "rng")  # what checkpoint() saves
 
 
 def parse_args(argv: Sequence[str] | None = None):
@@ -66,13 +67,13 @@ def group_attempt(device: torch.device) -> int:
 @record
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    distributed.check_out_folder(args.out, "helpers.elastic_train")  # a bad --out: one line with the fix, exit 2
     return distributed.train_in_group(args, train, load_data(args)[0])  # nccl on a GPU of its own, else gloo
 
 
 def train(args, data, device: torch.device) -> None:
     rank, world_size, attempt = dist.get_rank(), dist.get_world_size(), group_attempt(device)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)  # main made it (check_out_folder)
     sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=args.seed)
     loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler)
     node, local = os.environ.get("GROUP_RANK", "0"), os.environ.get("LOCAL_RANK", "0")  # torchrun sets both
@@ -85,8 +86,11 @@ def train(args, data, device: torch.device) -> None:
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.steps)
     step, epoch, position = 0, 0, 0  # steps done; the epoch under way and the batches of it already used
 
+    if rank == 0:
+        clear_leftovers(out)  # before any save of this attempt
     if (out / CHECKPOINT).exists():
         state = load_checkpoint(out / CHECKPOINT, map_location=device)  # each rank onto its own device
+        check_resumable(state, model.module, out / CHECKPOINT, world_size)  # else one line with the fix, exit 2
         step, epoch, position = resume(state, model.module, optimizer, schedule, rank, device)
         say(f"[rank {rank}] attempt {attempt}: resumed at step {step} (epoch {epoch}, batch {position})")
     elif rank == 0:
@@ -148,6 +152,44 @@ def resume(state: dict, model: nn.Module, optimizer, schedule, rank: int, device
     schedule.load_state_dict(state["schedule"])
     set_random_state(state["rng"][rank], device)
     return state["step"], state["epoch"], state["position"]
+
+
+def clear_leftovers(out: Path) -> None:
+    """Delete the temporary files that saves of the checkpoint killed mid-write left in ``out``, and say so; the
+    checkpoint itself is whole (helpers.checkpoints saves atomically)."""
+    for leftover in remove_leftovers(out / CHECKPOINT):
+        say(f"[rank 0] removed {leftover.name}, left by a save of {CHECKPOINT} that was killed mid-write")
+
+
+def resume_problem(state: object, model: nn.Module, world_size: int) -> str | None:
+    """Why ``state`` cannot resume this job (another script's checkpoint, another model's weights, another number of
+    processes); None when it can."""
+    missing = [key for key in RESUME_KEYS if key not in state] if isinstance(state, dict) else list(RESUME_KEYS)
+    if missing:
+        return f"it lacks {', '.join(map(repr, missing))}: it was not saved by helpers.elastic_train"
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    saved = {name: tuple(t.shape) for name, t in state["model"].items()} if isinstance(state["model"], dict) else {}
+    if saved != expected:
+        differ = sorted(expected.keys() ^ saved.keys()) or [k for k in expected if expected[k] != saved[k]]
+        return f"it holds another model's weights ({differ[0]!r} differs): it was saved with another --model"
+    if not isinstance(state["rng"], list) or len(state["rng"]) != world_size:
+        saved_by = len(state["rng"]) if isinstance(state["rng"], list) else "another number of"
+        return (
+            f"it was saved by a job of {saved_by} processes and this one has {world_size}; each rank resumes its own "
+            "random state, so resume with as many processes (nnodes x nproc-per-node) as saved it"
+        )
+    return None
+
+
+def check_resumable(state: object, model: nn.Module, path: Path, world_size: int) -> None:
+    """Refuse a checkpoint this job cannot resume from before any training: every rank exits with status 2 and rank 0
+    says why, with the fix."""
+    problem = resume_problem(state, model, world_size)
+    if problem:
+        if dist.get_rank() == 0:
+            fix = f"Fix: give another --out to start at step 0, or delete {path}"
+            say(f"helpers.elastic_train: cannot resume from {path}: {problem}. {fix}.", sys.stderr)
+        raise SystemExit(2)
 
 
 def checkpoint(

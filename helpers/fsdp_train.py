@@ -162,6 +162,7 @@ def gradient_sentence(rule: str, ratio: float, world_size: int, torch_version: s
 @record
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    distributed.check_out_folder(args.out, "helpers.fsdp_train")  # a bad --out: one line with the fix, exit 2
     return distributed.train_in_group(args, train, load_data(args)[0])  # nccl on a GPU of its own, else gloo
 
 

@@ -158,7 +158,7 @@ def test_the_set_up_names_the_python_it_needs_the_size_and_a_cpu_only_route() ->
 
 
 def test_the_runners_status_2_list_holds_only_what_exits_2_before_any_lesson() -> None:
-    start = README.index("each of these exits with status 2 before any lesson starts:")
+    start = README.index("exits with status 2 before any lesson starts:")
     listed = README[start:].split("\n\n", 2)[1]  # the bullet list right after that sentence
     assert listed.startswith("- **")
     for later in ("timed out after", "`interrupted`", "130", "143", "Ctrl-C"):

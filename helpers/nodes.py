@@ -25,6 +25,11 @@ from helpers.distributed import run_together
 SCRIPT = "helpers.elastic_train"
 HOST = "127.0.0.1"
 
+JOIN_TIMEOUT = "join_timeout=60"
+"""The course's ``--rdzv-conf``: a node waits at most 60 s at a rendezvous for the others, the first time and after a
+restart, instead of torchrun's default of 600 s; a job whose other node is gone then ends with RendezvousTimeoutError
+within a time written in its command."""
+
 NO_SHARED_STORE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 """The agents' setting that lets a group restarted after a crash reconnect over gloo every time. By default the c10d
 rendezvous lends its own store to the workers, and the store outlives a restart with the previous attempt's gloo
@@ -69,12 +74,13 @@ def agent_command(
     *,
     module: str = SCRIPT,
     max_restarts: int = 0,
-    rdzv_conf: str = "",
+    rdzv_conf: str = JOIN_TIMEOUT,
     local_addr: str = "",
 ) -> list[str]:
     """One node's torchrun command, as ``python -m torch.distributed.run`` (this Python, never another on PATH).
     ``nnodes`` may be a range such as "1:2" (an elastic job); ``rdzv_conf`` passes settings such as
-    "join_timeout=20" (seconds a node waits for the others; torchrun's default is 600); ``local_addr`` is the address
+    "join_timeout=20" (seconds a node waits for the others; torchrun's default is 600, the course's ``JOIN_TIMEOUT``
+    60; "" for torchrun's defaults); ``local_addr`` is the address
     the other nodes reach this one at (by default torchrun looks up this machine's name)."""
     args = [f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}"]
     args += [f"--rdzv-id={run_id}", f"--max-restarts={max_restarts}"]
@@ -103,14 +109,53 @@ def on_gpus(command: Sequence[str], gpus: Sequence[int]) -> list[str]:
 ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception|Timeout))(?::|$)")
 
 
+WORKER_FAILED = re.compile(r"failed \(exitcode: -?\d+\) local_rank")  # torchrun's line for each failed worker
+
+
 def outcome(result: subprocess.CompletedProcess[str] | subprocess.TimeoutExpired) -> str:
-    """One agent's result in a few words: its exit code and the name of the last error it reported, or that it was
-    still waiting at the deadline (and was stopped)."""
+    """One agent's result in a line: its exit code, the name of the last error it reported and why the agent ended,
+    read from its command and its log; or that it was still waiting at the deadline (and was stopped)."""
     if isinstance(result, subprocess.TimeoutExpired):
         return f"still running after {result.timeout:g} s, then stopped"
     stderr = result.stderr or ""
     names = [m.group(1) for m in map(ERROR_LINE.match, stderr.splitlines()) if m]
-    return f"exit code {result.returncode}" + (f", {names[-1]}" if names and result.returncode != 0 else "")
+    if not names or result.returncode == 0:
+        return f"exit code {result.returncode}"
+    why = why_it_ended(names[-1], result.args if isinstance(result.args, list) else [], stderr)
+    return f"exit code {result.returncode}, {names[-1]}" + (f": {why}" if why else "")
+
+
+def _option(command: Sequence[str], name: str) -> str | None:
+    """The value of ``--name=value`` or ``--name value`` in a torchrun command; None where it is not given."""
+    for word, after in itertools.zip_longest(command, command[1:]):
+        if word == name:
+            return after
+        if word.startswith(name + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def why_it_ended(error: str, command: Sequence[str], stderr: str) -> str:
+    """Why an agent that ended with ``error`` ended, in words a learner can act on ("" for an error not known here)."""
+    if error == "ChildFailedError":
+        failures = len(WORKER_FAILED.findall(stderr))
+        restarts = _option(command, "--max-restarts")
+        tries = f"{failures} time{'s' if failures != 1 else ''}" if failures else "again"
+        if restarts is None:
+            return f"its workers failed {tries}, the last with no restart left; it ended the job"
+        return (
+            f"its workers failed {tries}, the last with no restart left (--max-restarts {restarts}); it ended the job"
+        )
+    if error == "RendezvousClosedError":
+        return "another node ended the job and closed the rendezvous (out of restarts, or stopped), so none can rejoin"
+    if error == "RendezvousTimeoutError":
+        conf = dict(part.split("=", 1) for part in (_option(command, "--rdzv-conf") or "").split(",") if "=" in part)
+        limit = f"{conf['join_timeout']} s, its --rdzv-conf" if "join_timeout" in conf else "600 s, torchrun's default"
+        return f"the other nodes did not all join within join_timeout ({limit})"
+    if error == "RendezvousConnectionError":
+        return "it lost the rendezvous' store: the node hosting it at the endpoint is gone, or another program answers"
+
+    return ""
 
 
 def rehearse(
@@ -124,7 +169,7 @@ def rehearse(
     run_id: str = "course",
     env: dict[str, str] | None = None,
     endpoint: str = "",
-    rdzv_conf: str = "",
+    rdzv_conf: str = JOIN_TIMEOUT,
     gpus_per_node: int = 0,
     local_addr: str = HOST,
 ) -> list[subprocess.CompletedProcess[str] | subprocess.TimeoutExpired]:

@@ -47,9 +47,15 @@ def test_outcome_names_the_last_error_of_a_failed_agent() -> None:
         "The above exception was the direct cause of the following exception:\n"
         "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store\n"
     )
-    assert nodes.outcome(subprocess.CompletedProcess([], 1, "", stderr)) == "exit code 1, RendezvousConnectionError"
+    assert nodes.outcome(subprocess.CompletedProcess([], 1, "", stderr)) == (
+        "exit code 1, RendezvousConnectionError: it lost the rendezvous' store: the node hosting it at the endpoint is "
+        "gone, or another program answers"
+    )
     timed_out = "    raise RendezvousTimeoutError\ntorch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n"
-    assert nodes.outcome(subprocess.CompletedProcess([], 1, "", timed_out)) == "exit code 1, RendezvousTimeoutError"
+    assert nodes.outcome(subprocess.CompletedProcess([], 1, "", timed_out)) == (
+        "exit code 1, RendezvousTimeoutError: the other nodes did not all join within join_timeout (600 s, torchrun's "
+        "default)"
+    )
     assert nodes.outcome(subprocess.CompletedProcess([], 0, "", "UserWarning: x\n")) == "exit code 0"
     assert nodes.outcome(subprocess.CompletedProcess([], 2, "", "")) == "exit code 2"
     assert nodes.outcome(subprocess.TimeoutExpired([], 15)) == "still running after 15 s, then stopped"

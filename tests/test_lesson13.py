@@ -61,7 +61,8 @@ def test_a_hung_agent_and_torchruns_root_cause_are_named(report, capsys: pytest.
     out = capsys.readouterr().out
     assert "the group's store, attempt by attempt: localhost:4000" in out
     assert "agent 0: still running after 90 s, stopped" in out
-    assert "agent 1: exit code 1\n    torchrun's report: rank: 1 (local_rank: 0)" in out
+    ended = "agent 1: exit code 1, ChildFailedError: its workers failed again, the last with no restart left; it ended"
+    assert ended + " the job\n    torchrun's report: rank: 1 (local_rank: 0)" in out
     assert "torchrun's report: RuntimeError: Gloo connectFullMesh failed with timed out connecting" in out
     refused = (
         "in the workers' errors: Gloo connectFullMesh failed with timed out connecting: SO_ERROR: Connection refused"

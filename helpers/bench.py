@@ -418,8 +418,8 @@ def feeding_line(feed: Measurement, whole: Measurement, row: int) -> str:
         return f"{head}, so feeding is {share:.0%} of the step: {verdict}."
     if not c.clear:
         return (
-            f"{head}, no clear difference ({c.why_unclear}): the model's work adds nothing this run can see, so "
-            "feeding the data is the whole step."
+            f"{head}, no clear difference ({c.why_unclear}): this run cannot tell how much the model's work adds to "
+            "feeding, so it gives no share of the step."
         )
     return (
         f"{head}: feeding alone measured slower than feeding and training, which only a change in the machine's load "

@@ -168,7 +168,10 @@ def test_feeding_is_a_share_of_the_step_only_where_it_is_clearly_the_shorter():
     alike = {**rates, ("resident", "data"): 1000, ("resident", "linear"): 990}
     line = bench.findings(_results(alike, spread=0.3))[-1]
     assert "no clear difference (inside the 30% spread of the repeats)" in line
-    assert line.endswith("feeding the data is the whole step.") and "100%" not in line
+    assert line.endswith("so it gives no share of the step.") and "100%" not in line
+    noisy = {**rates, ("resident", "data"): 1000, ("resident", "linear"): 500}  # 2x apart, inside a 190% spread
+    line = bench.findings(_results(noisy, spread=1.9))[-1]
+    assert "no clear difference" in line and "whole step" not in line and "so it gives no share" in line
     for feed_rate in (1500, 2500, 10_000):  # each share is feed / step, below 100%, with the verdict of its size
         line = bench.findings(_results({**rates, ("resident", "data"): feed_rate, ("resident", "linear"): 1000}))[-1]
         share = round(100 * 1000 / feed_rate)

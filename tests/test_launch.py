@@ -137,7 +137,7 @@ def test_bootstrap_installs_the_ref_and_checks_the_version() -> None:
     text = launch.bootstrap(URL)
     python = TransformerManager().transform_cell(text)  # the `!` line as IPython runs it
     compile(python, "<bootstrap>", "exec")
-    assert f'pip install -q "git+{URL}@{launch.REF}" || echo "{launch.INSTALL_FAILED}"' in python
+    assert f'pip install -q --no-deps "git+{URL}@{launch.REF}" || echo "{launch.INSTALL_FAILED}"' in python
     assert "{sys.executable} -m pip" in python  # the kernel's own Python, not whichever pip is on PATH
     assert f'check("{helpers.__version__}", "{launch.REF}")' in text
     assert 'find_spec("course_setup") is None' in text  # installs only where the course is missing

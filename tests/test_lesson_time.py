@@ -110,7 +110,7 @@ def test_the_line_counts_code_and_exercises_at_the_rates_it_states():
 
 def test_without_a_record_the_line_gives_the_reading_and_says_the_run_is_not_recorded():
     line = time_line(450, None, None)
-    assert line.startswith("**Time:** about 3 minutes of reading: 450 words of prose")
+    assert line.startswith("**Time:** about 3 minutes: 450 words of prose (3 minutes at 200 words a minute)")
     assert line.endswith("its run time has not been recorded yet.")
 
 

@@ -19,12 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from helpers import settings
+
 if TYPE_CHECKING:
     import torchvision
     from torchvision import transforms
 
-ENV_DATA_DIR = "COURSE_DATA_DIR"
-ENV_DATASET = "COURSE_DATASET"
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")  # the .gz files of Debian's dataset-fashion-mnist
 
 RAW_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -78,18 +78,20 @@ def default_data_dir() -> Path:
 
 def data_dir(root: str | os.PathLike | None = None) -> Path:
     """The data root: the argument, else $COURSE_DATA_DIR, else ``default_data_dir()``; ``~`` is expanded."""
-    return Path(root or os.environ.get(ENV_DATA_DIR) or default_data_dir()).expanduser()
+    if root:
+        return Path(root).expanduser()
+    return settings.data_dir() or default_data_dir()
 
 
 def _unusable_root(root: str | os.PathLike | None, exc: OSError, folder: Path) -> DataDirError:
     """The one message for a data root that cannot hold the data, naming who chose it and the fix."""
     if root:
         origin, fix = f"given as root={os.fspath(root)!r}", "pass another folder as root=..."
-    elif os.environ.get(ENV_DATA_DIR):
-        origin = f"set by {ENV_DATA_DIR}={os.environ[ENV_DATA_DIR]!r}"
-        fix = f"point {ENV_DATA_DIR} at a folder you can write to (it is created if missing), or unset it"
+    elif (value := settings.given(settings.DATA_DIR)) is not None:
+        origin = f"set by {settings.DATA_DIR}={value!r}"
+        fix = f"point {settings.DATA_DIR} at a folder you can write to (it is created if missing), or unset it"
     else:
-        origin, fix = "the default data folder", f"set {ENV_DATA_DIR} to a folder you can write to"
+        origin, fix = "the default data folder", f"set {settings.DATA_DIR} to a folder you can write to"
     base = data_dir(root)
     blocker = _blocker(base)
     if blocker is not None:
@@ -262,10 +264,10 @@ def _missing_message(name: str, root: Path, reason: str) -> str:
     return (
         f"{name} is not on disk and could not be downloaded ({reason}).\n"
         f"Put these four unpacked files in place (gunzip the .gz files first):\n{files}\n"
-        f"or point ${ENV_DATA_DIR} (or root=...) at a folder that holds {name}/raw/.\n"
+        f"or point ${settings.DATA_DIR} (or root=...) at a folder that holds {name}/raw/.\n"
         "Offline route: `apt-get install dataset-fashion-mnist` installs Fashion-MNIST under "
         f"{DEBIAN_FASHION_MNIST}, which load_dataset('FashionMNIST') unpacks by itself; run the course with "
-        f"{ENV_DATASET}=FashionMNIST to use it."
+        f"{settings.DATASET}=FashionMNIST to use it."
     )
 
 

@@ -13,10 +13,11 @@ from typing import Any
 
 import torch
 
+from helpers import settings
+
 KNOWN_TYPES = ("cpu", "cuda", "mps", "xpu")
 """Device types ``pick_device`` accepts by name, besides ``"auto"``."""
 
-ENV_DEVICE = "COURSE_DEVICE"
 TORCH_FLOOR = (2, 8)
 """The lowest PyTorch the course supports (requirements.txt says the same; CI runs the course on it)."""
 TORCHVISION_FLOOR = "0.23"  # the torchvision released with that PyTorch
@@ -174,15 +175,16 @@ def pick_device(preferred: str | torch.device | None = None) -> torch.device:
     """Choose the device to run on. ``None`` or ``"auto"``: ``$COURSE_DEVICE`` when set, else the first available of
     CUDA, the accelerator ``torch.accelerator`` reports (MPS, XPU), then the CPU. Anything else is validated."""
     if preferred is None or (isinstance(preferred, str) and preferred.strip().lower() == "auto"):
-        override = os.environ.get(ENV_DEVICE, "").strip()
-        if override and override.lower() != "auto":
+        override = settings.device()
+        if override is not None:
             try:
                 return validate(override)
             except (DeviceUnavailableError, ValueError) as exc:
+                name = settings.DEVICE
                 raise type(exc)(
-                    f'{ENV_DEVICE}={override!r} is set in the environment, so "auto" means {override!r} here, '
+                    f'{name}={override!r} is set in the environment, so "auto" means {override!r} here, '
                     f"and that device cannot be used:\n{exc}\n"
-                    f"Fix: unset {ENV_DEVICE} (or set it to auto or cpu) before starting Jupyter or the course runner."
+                    f"Fix: unset {name} (or set it to auto or cpu) before starting Jupyter or the course runner."
                 ) from None
         best = available_types()[0]
         return validate(best) if best == "cuda" else _with_index(best, None)
@@ -375,7 +377,6 @@ def environment_report() -> dict[str, Any]:
         }
         for i, props in enumerate(map(torch.cuda.get_device_properties, range(count)))
     ]
-    override = os.environ.get(ENV_DEVICE, "").strip()
     try:
         auto_device = str(pick_device())
     except (DeviceUnavailableError, ValueError) as exc:
@@ -398,7 +399,7 @@ def environment_report() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "runtime": runtime(),
         "auto_device": auto_device,
-        "course_device": override if override.lower() not in ("", "auto") else None,
+        "course_device": settings.device(),
         "why_no_cuda": None
         if torch.cuda.is_available()
         else why_no_cuda(torch.version.cuda, nvidia_driver(), os.environ.get("CUDA_VISIBLE_DEVICES")),
@@ -457,7 +458,7 @@ def format_report(report: dict[str, Any] | None = None) -> str:
     mps = "available" if r["mps_available"] else ("built, not available" if r["mps_built"] else "no")
     # An unusable COURSE_DEVICE makes auto_device "nothing: COURSE_DEVICE=... is set", which names it already.
     forced = r.get("course_device") and not r["auto_device"].startswith("nothing")
-    chosen_by = f" (from {ENV_DEVICE})" if forced else ""
+    chosen_by = f" (from {settings.DEVICE})" if forced else ""
     lines += [
         ("MPS (Apple GPU)", mps),
         ("XPU (Intel GPU)", "available" if r["xpu_available"] else "no"),

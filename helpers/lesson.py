@@ -5,18 +5,16 @@ The runner, tests and CI steer notebooks unedited with ``COURSE_DEVICE``, ``COUR
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from helpers import arguments, devices
+from helpers import arguments, devices, settings
 from helpers.arguments import parse_flag
-from helpers.data import ENV_DATASET, canonical_name
+from helpers.data import canonical_name
 
-ENV_QUICK = "COURSE_QUICK"
 RECORD_MIME = "application/vnd.pytorch-gpu-course.record+json"  # outputs carrying figures for the runner's table
 
 
@@ -40,20 +38,6 @@ class Settings:
 
 FIX = "Change it in the parameters cell, then run the notebook again from the top."
 YES_NO = arguments.flag.allowed
-
-
-def env_flag(name: str) -> bool:
-    """Whether variable ``name`` is a yes word (unset, empty or a no word: False); anything else: ParameterError."""
-    raw = os.environ.get(name, "")
-    if not raw.strip():
-        return False
-    flag = parse_flag(raw)
-    if flag is None:
-        raise ParameterError(
-            f"{name}={raw!r} is set in the environment, but it is not a yes/no value. Set it to one of 1/0, "
-            f"true/false, yes/no, on/off (any case), or unset it."
-        )
-    return flag
 
 
 _KINDS: dict[str, arguments.Kind] = {
@@ -128,17 +112,14 @@ def _dataset(dataset: str) -> tuple[str, str]:
         named = canonical_name(dataset)
     except ValueError as exc:
         raise ParameterError(f"DATASET = {dataset!r} is not allowed: {exc} {FIX}") from None
-    override = os.environ.get(ENV_DATASET, "").strip()
-    if not override:
-        return named, ""
     try:
-        chosen = canonical_name(override)
+        chosen = settings.dataset()
     except ValueError as exc:
-        raise ParameterError(
-            f"{ENV_DATASET}={override!r} is set in the environment: {exc} Set it to one of those, or unset it."
-        ) from None
+        raise ParameterError(str(exc)) from None
+    if chosen is None:
+        return named, ""
     instead = "" if chosen == named else f", instead of the notebook's DATASET = {dataset!r}"
-    return chosen, f" (from {ENV_DATASET}{instead})"
+    return chosen, f" (from {settings.DATASET}{instead})"
 
 
 def start(
@@ -155,18 +136,21 @@ def start(
     if flag is None:
         raise ParameterError(f"QUICK = {quick!r} is not allowed: QUICK must be {YES_NO}. {FIX}")
     checked = {name: check_parameter(name, value) for name, value in params.items()}
-    from_env = env_flag(ENV_QUICK)
+    try:
+        from_env = settings.quick()
+    except ValueError as exc:
+        raise ParameterError(str(exc)) from None
     try:
         chosen = devices.pick_device(device)
     except ValueError as exc:  # a misspelt device: COURSE_DEVICE's message already names the variable
-        if str(exc).startswith(devices.ENV_DEVICE):
+        if str(exc).startswith(settings.DEVICE):
             raise ParameterError(str(exc)) from None
         raise ParameterError(f"DEVICE = {str(device)!r} is not allowed: {exc} {FIX}") from None
     quick = flag or from_env
     notes = [f"device {chosen}"]
-    if device == "auto" and os.environ.get(devices.ENV_DEVICE, "auto").strip().lower() != "auto":
-        notes[0] += f" (from {devices.ENV_DEVICE})"
-    notes.append("quick mode" + (f" (from {ENV_QUICK})" if from_env else "") if quick else "full run")
+    if device == "auto" and settings.device() is not None:
+        notes[0] += f" (from {settings.DEVICE})"
+    notes.append("quick mode" + (f" (from {settings.QUICK})" if from_env else "") if quick else "full run")
     if dataset is not None:
         dataset, source = _dataset(dataset)
         notes.append(f"dataset {dataset}{source}")

@@ -89,19 +89,13 @@ def test_a_misspelt_device_is_checked_last_and_torch_stays_out_of_the_runner(tmp
     assert report["loaded"] == []  # the child process that checked the device loaded torch, not the runner
 
 
-def test_the_runners_variable_names_are_the_helpers() -> None:
-    from helpers import devices, lesson
-
-    assert course.ENV_QUICK == lesson.ENV_QUICK and course.ENV_DEVICE == devices.ENV_DEVICE
-
-
 def test_the_runners_quick_check_agrees_with_the_lessons(monkeypatch: pytest.MonkeyPatch) -> None:
     from helpers import lesson
 
     for value in ("1", "yes", " Off ", "", "ja", "2", "maybe"):
         monkeypatch.setenv("COURSE_QUICK", value)
         try:
-            lesson.env_flag("COURSE_QUICK")
+            lesson.start("cpu")
             expected = None
         except lesson.ParameterError as exc:
             expected = str(exc)

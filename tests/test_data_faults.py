@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torchvision
 
-from helpers import data
+from helpers import data, settings
 from helpers.data import DamagedDataError, DataDirError, DatasetUnavailableError, load_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ def source(tmp_path, monkeypatch):
         raise RuntimeError("Error downloading: no network")
 
     monkeypatch.setattr(torchvision.datasets.MNIST, "download", no_network)
-    monkeypatch.delenv(data.ENV_DATA_DIR, raising=False)
+    monkeypatch.delenv(settings.DATA_DIR, raising=False)
     return folder
 
 
@@ -185,7 +185,7 @@ def test_idx_problem_reads_the_size_from_the_header(tmp_path):
 def test_data_dir_that_is_a_file(tmp_path, source, monkeypatch):
     a_file = tmp_path / "notes.txt"
     a_file.write_text("not a folder")
-    monkeypatch.setenv(data.ENV_DATA_DIR, str(a_file))
+    monkeypatch.setenv(settings.DATA_DIR, str(a_file))
     for name in ("FashionMNIST", "MNIST"):
         with pytest.raises(DataDirError) as info:
             load_dataset(name, verbose=False)
@@ -199,7 +199,7 @@ def test_data_dir_that_is_a_file(tmp_path, source, monkeypatch):
 def test_data_dir_under_a_file(tmp_path, source, monkeypatch):
     a_file = tmp_path / "notes.txt"
     a_file.write_text("x")
-    monkeypatch.setenv(data.ENV_DATA_DIR, str(a_file / "data"))
+    monkeypatch.setenv(settings.DATA_DIR, str(a_file / "data"))
     with pytest.raises(DataDirError, match=r"notes.txt is a file, not a folder\. Fix: point COURSE_DATA_DIR"):
         load_dataset("FashionMNIST", verbose=False)
 
@@ -209,7 +209,7 @@ def test_a_data_dir_that_is_a_file_is_a_problem_named_and_holds_no_dataset(tmp_p
     a_file = tmp_path / "notes.txt"
     a_file.write_text("x")
     for blocked in (a_file, a_file / "data"):
-        monkeypatch.setenv(data.ENV_DATA_DIR, str(blocked))
+        monkeypatch.setenv(settings.DATA_DIR, str(blocked))
         assert data.is_present("MNIST") is False and data.is_present("FashionMNIST") is False
         assert set(data.file_problems("MNIST").values()) == {"missing"}
         assert data.data_dir_problem() == (
@@ -217,7 +217,7 @@ def test_a_data_dir_that_is_a_file_is_a_problem_named_and_holds_no_dataset(tmp_p
             "a folder. Fix: point COURSE_DATA_DIR at a folder you can write to (it is created if missing), or unset "
             "it; the data is unpacked or downloaded there once."
         )
-    monkeypatch.setenv(data.ENV_DATA_DIR, str(tmp_path / "new" / "data"))
+    monkeypatch.setenv(settings.DATA_DIR, str(tmp_path / "new" / "data"))
     assert data.data_dir_problem() is None  # a folder still to be made is fine
 
 
@@ -233,7 +233,7 @@ def test_read_only_data_dir(tmp_path, source, monkeypatch):
     folder = tmp_path / "readonly"
     folder.mkdir()
     folder.chmod(0o555)
-    monkeypatch.setenv(data.ENV_DATA_DIR, str(folder))
+    monkeypatch.setenv(settings.DATA_DIR, str(folder))
     try:
         with pytest.raises(DataDirError) as info:
             load_dataset("FashionMNIST", verbose=False)
@@ -253,7 +253,7 @@ def test_data_dir_without_write_permission_simulated(tmp_path, source, monkeypat
         return real_mkdir(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "mkdir", mkdir)
-    monkeypatch.setenv(data.ENV_DATA_DIR, str(tmp_path / "locked"))
+    monkeypatch.setenv(settings.DATA_DIR, str(tmp_path / "locked"))
     with pytest.raises(DataDirError) as info:
         load_dataset("FashionMNIST", verbose=False)
     message = str(info.value)
@@ -267,7 +267,7 @@ def test_data_dir_without_write_permission_simulated(tmp_path, source, monkeypat
 
 def test_tilde_in_data_dir_means_home(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv(data.ENV_DATA_DIR, "~/datasets")
+    monkeypatch.setenv(settings.DATA_DIR, "~/datasets")
     monkeypatch.chdir(tmp_path)
     assert data.data_dir() == tmp_path / "home" / "datasets"
     assert data.data_dir("~/elsewhere") == tmp_path / "home" / "elsewhere"

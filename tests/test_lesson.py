@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import lesson
+from helpers import lesson, settings
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +41,7 @@ def test_seed_makes_runs_repeat():
 @pytest.mark.parametrize(("value", "expected"), [("1", True), ("yes", True), ("0", False), ("", False)])
 def test_env_flag(monkeypatch, value, expected):
     monkeypatch.setenv("COURSE_QUICK", value)
-    assert lesson.env_flag("COURSE_QUICK") is expected
+    assert settings.quick() is expected
 
 
 def test_headline_prints_outside_notebooks(capsys):

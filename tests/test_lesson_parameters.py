@@ -10,7 +10,7 @@ import pytest
 import torch
 from nbformat.v4 import new_code_cell, new_notebook
 
-from helpers import lesson
+from helpers import lesson, settings
 from helpers.lesson import ParameterError
 
 
@@ -110,11 +110,11 @@ def test_quick_refuses_anything_else(capsys, value):
 )
 def test_env_flag_spellings(monkeypatch, value, expected):
     monkeypatch.setenv("COURSE_QUICK", value)
-    assert lesson.env_flag("COURSE_QUICK") is expected
+    assert settings.quick() is expected
 
 
 def test_env_flag_unset_is_false():
-    assert lesson.env_flag("COURSE_QUICK") is False
+    assert settings.quick() is False
 
 
 @pytest.mark.parametrize("value", ["ja", "2", "quick", "y e s"])

@@ -13,7 +13,7 @@ import sys
 import torch
 from torch.utils.data import Subset
 
-from helpers import arguments, data, devices
+from helpers import arguments, data, devices, settings
 from helpers.bench import absent_rows, findings, format_table, goal_lines, run_benchmark
 
 
@@ -41,7 +41,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         "--subset", type=arguments.positive_int, help="use only the first N training images, N >= 1 (for tests)"
     )
     parser.add_argument(
-        "--data-dir", type=arguments.data_folder, help=f"data folder (default ${data.ENV_DATA_DIR} or ./data)"
+        "--data-dir", type=arguments.data_folder, help=f"data folder (default ${settings.DATA_DIR} or ./data)"
     )
     return parser.parse_args(argv)
 

@@ -36,8 +36,8 @@ FIX_PYTHON = (
 
 try:  # neither torch nor nbformat (seconds each): every argument is checked in a fraction of a second
     import helpers
-    from helpers import arguments
-    from helpers.data import ENV_DATASET, canonical_name, data_dir_problem
+    from helpers import arguments, settings
+    from helpers.data import canonical_name, data_dir_problem
     from tools.execute import (
         ROOT,
         Result,
@@ -63,14 +63,9 @@ except KeyboardInterrupt:
     print("Stopped by SIGINT before any notebook started.", file=sys.stderr)
     sys.exit(128 + signal.SIGINT)
 
-ENV_QUICK = "COURSE_QUICK"
-"""helpers.lesson.ENV_QUICK, named here so that checking it needs no torch (a test holds the two together)."""
-ENV_DEVICE = "COURSE_DEVICE"
-"""helpers.devices.ENV_DEVICE, likewise."""
-
 NOTEBOOKS = ROOT / "notebooks"
 
-CHECK_ENV = {ENV_QUICK: "1", ENV_DATASET: "FashionMNIST"}
+CHECK_ENV = {settings.QUICK: "1", settings.DATASET: "FashionMNIST"}
 """The settings committed outputs are produced with, and that nbval and CI check them with."""
 
 
@@ -158,14 +153,12 @@ def _course_setup_missing() -> bool:
 
 
 def _quick_problem() -> str | None:
-    """Why $COURSE_QUICK is not a yes/no value (helpers.lesson.env_flag's words), or None."""
-    raw = os.environ.get(ENV_QUICK, "")
-    if not raw.strip() or arguments.parse_flag(raw) is not None:
-        return None
-    return (
-        f"{ENV_QUICK}={raw!r} is set in the environment, but it is not a yes/no value. Set it to one of 1/0, "
-        "true/false, yes/no, on/off (any case), or unset it."
-    )
+    """Why $COURSE_QUICK is not a yes/no value (the words a lesson stops with), or None."""
+    try:
+        settings.quick()
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def check_arguments(args: argparse.Namespace) -> list[Path]:
@@ -207,20 +200,17 @@ def check_arguments(args: argparse.Namespace) -> list[Path]:
         if broken:
             raise UsageError(f"{shown_path(path)}: {broken}")
     if args.dataset:  # a known name: its argparse type checked it
-        if args.write_back and args.dataset != CHECK_ENV[ENV_DATASET]:
+        if args.write_back and args.dataset != CHECK_ENV[settings.DATASET]:
             raise UsageError(
                 f"--write-back always runs with the settings the tests check ({_check_settings()}), so --dataset "
                 f"{args.dataset} cannot be written back. Drop --dataset, or leave out --write-back to try "
                 f"{args.dataset}."
             )
-    elif os.environ.get(ENV_DATASET, "").strip() and not args.write_back:
+    elif not args.write_back:
         try:
-            canonical_name(os.environ[ENV_DATASET].strip())
+            settings.dataset()
         except ValueError as exc:
-            raise UsageError(
-                f"{ENV_DATASET}={os.environ[ENV_DATASET]!r} is set in the environment: {exc} "
-                f"Set it to one of those, unset it, or pass --dataset."
-            ) from None
+            raise UsageError(f"{exc} (Or pass --dataset.)") from None
     if args.write_back and (elsewhere := _helpers_elsewhere()):
         raise UsageError(
             f"--write-back commits outputs made by the helpers of this clone ({ROOT / 'helpers'}), but `import "
@@ -236,13 +226,13 @@ def check_arguments(args: argparse.Namespace) -> list[Path]:
         problem = _device_problem(args.device)
         if problem:
             raise UsageError(f"--device {args.device} cannot be used here:\n{problem}")
-    elif os.environ.get(ENV_DEVICE, "").strip().lower() not in ("", "auto"):
-        value = os.environ[ENV_DEVICE]
-        problem = _device_problem(value.strip())
+    elif (value := settings.device()) is not None:
+        problem = _device_problem(value)
         if problem:
+            name = settings.DEVICE
             raise UsageError(
-                f'{ENV_DEVICE}={value!r} is set in the environment, so every notebook\'s "auto" would mean it, and '
-                f"that device cannot be used here:\n{problem}\nUnset {ENV_DEVICE} (or set it to auto or cpu), or pass "
+                f'{name}={value!r} is set in the environment, so every notebook\'s "auto" would mean it, and '
+                f"that device cannot be used here:\n{problem}\nUnset {name} (or set it to auto or cpu), or pass "
                 "--device."
             )
     return paths
@@ -270,14 +260,14 @@ def run(args: argparse.Namespace) -> int:
 def _settings(args: argparse.Namespace) -> None:
     """Set the COURSE_* variables every lesson's kernel inherits; choose Fashion-MNIST where MNIST cannot be had."""
     if args.quick:
-        os.environ[ENV_QUICK] = "1"
+        os.environ[settings.QUICK] = "1"
     if args.device:
-        os.environ[ENV_DEVICE] = args.device
+        os.environ[settings.DEVICE] = args.device
     if args.dataset:
-        os.environ[ENV_DATASET] = args.dataset
+        os.environ[settings.DATASET] = args.dataset
     if args.write_back:
         os.environ.update(CHECK_ENV)  # committed outputs must be reproducible by nbval on a CI machine
-    if ENV_DATASET not in os.environ:
+    if settings.DATASET not in os.environ:
         fall_back_to_offline_data()
 
 
@@ -330,12 +320,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.course", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="execute notebooks in order, each in a fresh kernel, and print a table")
-    p_run.add_argument("--quick", action="store_true", help=f"small parameters, as CI uses (sets {ENV_QUICK}=1)")
-    p_run.add_argument("--device", help=f'device for "auto" in every notebook, e.g. cpu or cuda:0 (sets {ENV_DEVICE})')
+    p_run.add_argument("--quick", action="store_true", help=f"small parameters, as CI uses (sets {settings.QUICK}=1)")
+    p_run.add_argument(
+        "--device", help=f'device for "auto" in every notebook, e.g. cpu or cuda:0 (sets {settings.DEVICE})'
+    )
     p_run.add_argument(
         "--dataset",
         type=arguments.argtype(canonical_name),
-        help=f"MNIST or FashionMNIST instead of each notebook's default (sets {ENV_DATASET})",
+        help=f"MNIST or FashionMNIST instead of each notebook's default (sets {settings.DATASET})",
     )
     p_run.add_argument(
         "--only", metavar="PATTERN", help="run notebooks whose name starts with PATTERN, e.g. 05 or '0[1-4]'"

@@ -269,12 +269,12 @@ def format_table(results: list[Result]) -> str:
 
 def fall_back_to_offline_data() -> None:
     """Without MNIST (not on disk, not downloadable) but with Debian's Fashion-MNIST, run on that, and say so."""
-    from helpers import data
+    from helpers import data, settings
 
     if data.is_present("MNIST") or data.downloadable("MNIST"):
         return
     if data.is_present("FashionMNIST") or data.DEBIAN_FASHION_MNIST.is_dir():
-        os.environ[data.ENV_DATASET] = "FashionMNIST"
+        os.environ[settings.DATASET] = "FashionMNIST"
         print(
             "MNIST is neither on disk nor downloadable here; the lessons use Fashion-MNIST (Debian's "
             "dataset-fashion-mnist) instead. Pass --dataset MNIST to insist on MNIST.",

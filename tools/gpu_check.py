@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers import arguments
+from helpers import arguments, settings
 from helpers.text import format_rows
 from tools.execute import (
     Result,
@@ -52,7 +52,6 @@ from tools.execute import (
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 
-ENV_QUICK, ENV_DEVICE, ENV_DATASET = "COURSE_QUICK", "COURSE_DEVICE", "COURSE_DATASET"
 BUDGET = 9 * 60.0
 """Seconds the whole check may take: a step that would start later is reported as not reached."""
 LESSON_TIMEOUT = 240.0
@@ -141,7 +140,7 @@ def plan(
     steps = []
     for name, _ in lessons:
         quick = name[:2] in QUICK_ON_CUDA
-        env = ((ENV_QUICK, "1" if quick else None), (ENV_DEVICE, None), (ENV_DATASET, dataset))
+        env = ((settings.QUICK, "1" if quick else None), (settings.DEVICE, None), (settings.DATASET, dataset))
         steps.append(
             Step(
                 name,
@@ -156,7 +155,7 @@ def plan(
         )
     for name, code in lessons:
         if has_gpu_sections(code):
-            env = ((ENV_QUICK, "1"), (ENV_DEVICE, "cpu"), (ENV_DATASET, dataset))
+            env = ((settings.QUICK, "1"), (settings.DEVICE, "cpu"), (settings.DATASET, dataset))
             steps.append(Step(name, "cpu", "quick", CPU_PASS, CPU_TIMEOUT, env, notebook=name, folder="cpu"))
     for target in targets:
         label = f"speedrun-{round(target * 100)}"
@@ -371,7 +370,7 @@ def summary(
     ]
     sections = [
         ('Lessons on CUDA (DEVICE = "auto")', lambda step: step.notebook and step.device == "cuda"),
-        ("Lessons again with COURSE_DEVICE=cpu", lambda step: step.notebook and step.device == "cpu"),
+        (f"Lessons again with {settings.DEVICE}=cpu", lambda step: step.notebook and step.device == "cpu"),
         ("Speedrun", lambda step: not step.notebook),
     ]
     for title, chosen in sections:
@@ -430,15 +429,20 @@ def check(args: argparse.Namespace) -> int:
     if problem:
         return _refuse(problem)
     dataset = args.dataset
-    if dataset is None and not os.environ.get(ENV_DATASET):
+    if dataset is None:
+        try:
+            dataset = settings.dataset()
+        except ValueError as exc:
+            return _refuse(f"{exc} (Or pass --dataset.)")
+    if dataset is None:
         fall_back_to_offline_data()  # MNIST out of reach but Fashion-MNIST here: the runner's own choice
-    dataset = dataset or os.environ.get(ENV_DATASET) or None
+        dataset = settings.dataset()
     for name in dict.fromkeys([dataset or "MNIST", SPEEDRUN_DATASET]):
         offline = name == "FashionMNIST" and data.DEBIAN_FASHION_MNIST.is_dir()
         if not (data.is_present(name) or offline or data.downloadable(name)):
             return _refuse(
                 f"{name} is not in the data folder ({data.data_dir()}) and cannot be downloaded here: unpack it into "
-                f"a folder and point {data.ENV_DATA_DIR} at it"
+                f"a folder and point {settings.DATA_DIR} at it"
                 + (", or pass --dataset FashionMNIST." if name == "MNIST" else ".")
             )
     output = Path(args.output)
@@ -508,7 +512,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--dataset",
         type=arguments.argtype(_dataset),
-        help="MNIST or FashionMNIST for the lessons (sets COURSE_DATASET; default: each notebook's "
+        help=f"MNIST or FashionMNIST for the lessons (sets {settings.DATASET}; default: each notebook's "
         "own, or Fashion-MNIST where MNIST cannot be had, as the runner does)",
     )
     parser.add_argument(

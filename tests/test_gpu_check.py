@@ -165,6 +165,18 @@ def test_a_missing_runner_package_is_named_with_the_fix(monkeypatch, capsys, tmp
     assert err.count("\n") == 1 and "has no papermill" in err and "--download-wheels" in err
 
 
+def test_an_unknown_dataset_in_the_environment_is_refused_before_any_step(monkeypatch, capsys, tmp_path) -> None:
+    monkeypatch.setattr(gpu_check, "cuda_probe", lambda: {"available": True, "torch": "2.11.0", "cuda": "13.0"})
+    monkeypatch.setenv("COURSE_DATASET", "cifar")
+    assert gpu_check.main(["--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "COURSE_DATASET='cifar' is set in the environment: Unknown dataset 'cifar'. Choose one of: MNIST, "
+        "FashionMNIST. Set it to one of those, or unset it. (Or pass --dataset.)\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_wheels_are_for_the_gpu_machines_python_at_the_locks_pins() -> None:
     command = gpu_check.wheel_download_command(Path("/w"))
     assert command[1:4] == ["-m", "pip", "download"] and "--only-binary=:all:" in command

@@ -31,6 +31,12 @@ def test_environment_steers_and_says_so(monkeypatch, capsys):
     assert "dataset FashionMNIST (from COURSE_DATASET, instead of the notebook's DATASET = 'MNIST')" in out
 
 
+def test_an_empty_device_variable_is_not_named_as_the_choice(monkeypatch, capsys):
+    monkeypatch.setenv("COURSE_DEVICE", "")
+    lesson.start("auto")
+    assert "COURSE_DEVICE" not in capsys.readouterr().out
+
+
 def test_seed_makes_runs_repeat():
     lesson.start("cpu", seed=7)
     a = torch.randn(3)

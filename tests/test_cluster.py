@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -31,9 +33,7 @@ def torchrun_args(words: list[str]):
 
 
 def test_the_batch_script_is_valid_bash() -> None:
-    bash = shutil.which("bash")
-    assert bash, "bash is needed for this check"
-    result = subprocess.run([bash, "-n", str(SBATCH)], capture_output=True, text=True)
+    result = subprocess.run([bash(), "-n", str(SBATCH)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
@@ -43,22 +43,78 @@ def test_the_batch_script_asks_slurm_for_one_task_per_node() -> None:
     assert any(d.startswith("--nodes=") for d in directives)
 
 
-def submitted(tmp_path: Path, job_id: str) -> list[str]:
-    """The words the batch script passes to srun, run with stand-ins for scontrol and srun as job ``job_id`` on two
-    nodes with the environment sbatch gives it."""
-    bash = shutil.which("bash")
-    assert bash, "bash is needed for this check"
+def test_the_batch_script_asks_for_a_warning_before_the_stop_and_may_be_queued_again() -> None:
+    directives = [line.split()[1] for line in SBATCH.read_text().splitlines() if line.startswith("#SBATCH")]
+    assert "--requeue" in directives
+    assert "--signal=B:USR1@120" in directives  # USR1 to the batch shell, 120 s before the stop
+
+
+def stand_in_env(tmp_path: Path, job_id: str, srun: str) -> dict[str, str]:
+    """The environment sbatch gives the script as job ``job_id`` on two nodes, with stand-ins for scontrol (it lists
+    the nodes and writes any other call to scontrol.txt) and for srun (the shell code ``srun``)."""
     stand_ins = tmp_path / "bin"
     stand_ins.mkdir(exist_ok=True)
-    (stand_ins / "scontrol").write_text('#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && printf "gpu-a07\\ngpu-b12\\n"\n')
-    (stand_ins / "srun").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {shlex.quote(str(tmp_path / "srun.txt"))}\n')
+    calls = shlex.quote(str(tmp_path / "scontrol.txt"))
+    hostnames = 'printf "gpu-a07\\ngpu-b12\\n"'
+    (stand_ins / "scontrol").write_text(
+        f'#!/bin/sh\nif [ "$1 $2" = "show hostnames" ]; then {hostnames}; else echo "$@" >> {calls}; fi\n'
+    )
+    (stand_ins / "srun").write_text(f"#!/bin/sh\n{srun}\n")
     for tool in stand_ins.iterdir():
         tool.chmod(0o755)
     env = {**os.environ, "PATH": f"{stand_ins}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "gpu-a07,gpu-b12"}
     env.update(SLURM_JOB_ID=job_id, SLURM_JOB_NUM_NODES="2", SLURM_JOB_NAME="elastic-train", SLURM_CPUS_PER_TASK="16")
-    result = subprocess.run([bash, str(SBATCH)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    return env
+
+
+def bash() -> str:
+    found = shutil.which("bash")
+    assert found, "bash is needed for this check"
+    return found
+
+
+def submitted(tmp_path: Path, job_id: str) -> list[str]:
+    """The words the batch script passes to srun, run with stand-ins for scontrol and srun as job ``job_id`` on two
+    nodes with the environment sbatch gives it."""
+    env = stand_in_env(tmp_path, job_id, f'printf "%s\\n" "$@" > {shlex.quote(str(tmp_path / "srun.txt"))}')
+    result = subprocess.run([bash(), str(SBATCH)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "scontrol.txt").exists()  # a job that ends by itself is not queued again
     return (tmp_path / "srun.txt").read_text().splitlines()
+
+
+# srun's stand-in: says it started, then runs until SIGTERM, which it notes before exiting with status 1, as torchrun
+# does when it is stopped by a signal.
+TRAINING = """trap 'echo TERM >> "$SRUN_LOG"; exit 1' TERM
+echo started >> "$SRUN_LOG"
+while :; do sleep 0.1; done"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM], ids=["USR1", "TERM"])
+def test_a_signal_to_the_batch_shell_stops_the_training_and_queues_the_job_again(tmp_path: Path, signum) -> None:
+    env = {**stand_in_env(tmp_path, "4242", TRAINING), "SRUN_LOG": str(tmp_path / "srun.log")}
+    job = subprocess.Popen([bash(), str(SBATCH)], env=env, cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "srun.log").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (tmp_path / "srun.log").exists(), "srun's stand-in never started"
+        job.send_signal(signum)  # as SLURM does: to the batch shell alone
+        said, _ = job.communicate(timeout=30)
+    finally:
+        job.kill()
+        job.wait()
+    assert (tmp_path / "srun.log").read_text().split() == ["started", "TERM"]  # passed on to srun as SIGTERM
+    assert (tmp_path / "scontrol.txt").read_text().split() == ["requeue", "4242"]
+    assert job.returncode == 75, said  # STOPPED, as helpers.elastic_train's workers exit
+    assert f"got {signum.name}" in said
+
+
+def test_a_training_that_fails_without_a_signal_is_not_queued_again(tmp_path: Path) -> None:
+    env = stand_in_env(tmp_path, "4242", "exit 3")
+    result = subprocess.run([bash(), str(SBATCH)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3
+    assert not (tmp_path / "scontrol.txt").exists()
 
 
 def test_the_batch_script_runs_one_torchrun_per_node_meeting_at_the_first_node(tmp_path: Path) -> None:

@@ -5,15 +5,14 @@
 
 torchrun gives each process RANK, LOCAL_RANK, WORLD_SIZE and the address where they meet; started without it, the
 script is rank 0 of a world of one (nanoGPT's train.py checks for RANK the same way). Only rank 0 logs and saves.
-helpers/single_train.py holds the same loop without DDP, and the data and options both scripts share;
-helpers/distributed.py joins and leaves the process group. --check-equivalence compares with one process on the
-global batch (helpers/ddp_check.py); --fail-rank R: rank R fails (the lesson's failure demo).
+helpers/single_train.py holds the same loop without DDP, and the data and options both scripts share.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -21,50 +20,42 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch
-import torch._dynamo  # noqa: F401  before any process group (helpers.distributed.leaving_cleanly says why)
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from helpers import arguments, ddp_check, distributed
+from helpers import arguments
 from helpers.checkpoints import save_checkpoint
-from helpers.distributed import say
 from helpers.models import build_model
 from helpers.single_train import CHECKPOINT_FILE, SUMMARY_FILE, load_data, parser
 from helpers.training import evaluate
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """single_train's options, plus those of a job of several processes."""
+    """single_train's options, plus the timeout of a job of several processes."""
     p = parser("python -m helpers.ddp_train", __doc__.splitlines()[0])
     p.add_argument("--timeout", type=arguments.seconds, default=60.0, help="seconds a collective may wait (default 60)")
-    p.add_argument("--check-equivalence", action="store_true", help="compare with one process on the global batch")
-    p.add_argument("--equivalence-steps", type=arguments.count, default=ddp_check.STEPS, help="steps compared (0: all)")
-    p.add_argument("--fail-rank", type=arguments.rank_or_none, default=-1, help="this rank fails at the start")
-    args = p.parse_args(argv)
-    distributed.check_fail_rank(args.fail_rank)  # a rank this job has, or every process exits with one message
-    return args
+    return p.parse_args(argv)
 
 
-@record  # on failure, torchrun's summary shows this process's traceback, not only an exit code
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    distributed.check_out_folder(args.out, "helpers.ddp_train")  # a bad --out: one line with the fix, exit 2
-    data = load_data(args)  # before the process group: a download may take longer than the collective timeout
-    device = distributed.process_device(args.device)  # cuda:LOCAL_RANK where every process has a GPU, else the CPU
-    if device.type == "cuda":
+def setup(args: argparse.Namespace) -> torch.device:
+    """Join the process group; returns this process's device: GPU LOCAL_RANK, or the CPU."""
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))  # this process's number on this machine
+    gpus_needed = int(os.environ.get("LOCAL_WORLD_SIZE", 1))  # one GPU for each process on this machine
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.device_count() >= gpus_needed)
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
         torch.cuda.set_device(device)  # this process's "current GPU": its own, not GPU 0 for every process
+    alone = {} if "RANK" in os.environ else {"store": dist.HashStore(), "rank": 0, "world_size": 1}  # no torchrun
     dist.init_process_group(
-        "nccl" if device.type == "cuda" else "gloo",
+        "nccl" if cuda else "gloo",  # RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from torchrun
         timeout=timedelta(seconds=args.timeout),  # a dead or stuck peer: an error in seconds, not 10 or 30 minutes
-        device_id=device if device.type == "cuda" else None,  # binds the group to this GPU: nccl connects at once
-        **distributed.world_of_one(),  # without torchrun: rank 0 of a world of one
+        device_id=device if cuda else None,  # binds the group to this GPU: nccl connects at once
+        **alone,
     )
-    with distributed.leaving_cleanly(args.timeout):  # a barrier at the end; destroy_process_group whatever happens
-        train(args, data, device)
-    return 0
+    return device
 
 
 def train(args: argparse.Namespace, data: tuple[TensorDataset, TensorDataset], device: torch.device) -> dict:
@@ -73,17 +64,17 @@ def train(args: argparse.Namespace, data: tuple[TensorDataset, TensorDataset], d
     train_set, test_set = data
     sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=args.seed)
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
-    say(f"[rank {rank}] of {world_size} on {device} ({backend}): {len(sampler)} images per epoch, {len(loader)} steps")
+    print(
+        f"[rank {rank}] of {world_size} on {device} ({backend}): {len(sampler)} images per epoch, {len(loader)} steps",
+        flush=True,
+    )
 
     torch.manual_seed(args.seed)  # same start on every rank; DDP also broadcasts rank 0's weights when it wraps
     model = build_model(args.model).to(device)
-    check = args.check_equivalence and rank == 0
-    reference = ddp_check.Reference(model, args, train_set, world_size) if check else None  # before DDP wraps it
     model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()  # a mean: DDP averages the ranks' gradients, so the step is the global batch's
 
-    distributed.fail_here(args.fail_rank)  # the failure demo: the other ranks wait for this one at their first step
     Path(args.out).mkdir(parents=True, exist_ok=True)
     start, history = time.perf_counter(), []
     for epoch in range(args.epochs):
@@ -97,30 +88,34 @@ def train(args: argparse.Namespace, data: tuple[TensorDataset, TensorDataset], d
             optimizer.step()
             totals[0] += loss.detach() * len(y)
             totals[1] += len(y)
-            if reference is not None:
-                reference.step(model.module, epoch)
         dist.all_reduce(totals)  # sum over ranks: the loss over every rank's images
         history.append((totals[0] / totals[1]).item())
         if rank == 0:  # one voice and one writer: N processes writing one file can leave it corrupt
-            say(f"epoch {epoch + 1}/{args.epochs}: mean training loss {history[-1]:.4f}")
+            print(f"epoch {epoch + 1}/{args.epochs}: mean training loss {history[-1]:.4f}", flush=True)
             state = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch + 1}
             save_checkpoint(state, Path(args.out) / CHECKPOINT_FILE)  # .module: keys without "module."
     seconds = time.perf_counter() - start
 
-    replica_gap = ddp_check.replica_gap(model.module)  # every replica must hold rank 0's weights (collectives)
     summary = {"world_size": world_size, "losses": history, "seconds": seconds, "checkpoint": CHECKPOINT_FILE}
     summary.update(backend=backend, dataset=args.dataset, epochs=args.epochs, global_batch=args.batch_size * world_size)
     if rank == 0:
         summary["test_accuracy"] = evaluate(model.module, DataLoader(test_set, batch_size=1000))["accuracy"]
-        summary["replica_max_abs_diff"] = replica_gap
-        say(f"replicas agree: largest difference from rank 0's weights {summary['replica_max_abs_diff']:.1e}")
-        if reference is not None:
-            found, line = reference.report()
-            summary.update(found)
-            say(line)
-        say(f"test accuracy {summary['test_accuracy']:.1%}, {seconds:.1f} s of training")
+        print(f"test accuracy {summary['test_accuracy']:.1%}, {seconds:.1f} s of training", flush=True)
         (Path(args.out) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
     return summary
+
+
+@record  # on failure, torchrun's summary shows this process's traceback, not only an exit code
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    data = load_data(args)  # before the process group: a download may take longer than the collective timeout
+    device = setup(args)
+    try:
+        train(args, data, device)
+        dist.barrier()  # leave together: a rank that exits right after its last collective can abort a peer (gloo)
+    finally:
+        dist.destroy_process_group()  # whatever happened, no process exits holding the group
+    return 0
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ def leaving_cleanly(timeout: float) -> Iterator[None]:
     imported while a process group exists, dynamo keeps references to that group, so ``destroy_process_group`` cannot
     free it; gloo's worker threads then live on into interpreter shutdown, where now and then one of them aborts the
     process (exit -6, "terminate called without an active exception") after training has finished. A script imports
-    torch._dynamo before it creates its group, as helpers/ddp_train.py does.
+    torch._dynamo before it creates its group, as helpers/ddp_harness.py does for helpers/ddp_train.py.
     """
     try:
         yield
@@ -143,13 +143,13 @@ def check_out_folder(out: str, prog: str) -> None:
         raise SystemExit(2)
 
 
-def check_fail_rank(fail_rank: int) -> None:
+def check_fail_rank(fail_rank: int, prog: str) -> None:
     """Refuse a ``--fail-rank`` this job does not have, before anything starts: every process exits with status 2 and
     rank 0 alone says why (``WORLD_SIZE`` and ``RANK`` as torchrun sets them; a world of one without it)."""
     problem = fail_rank_problem(fail_rank, int(os.environ.get("WORLD_SIZE", 1)))
     if problem:
         if int(os.environ.get("RANK", 0)) == 0:
-            say(f"helpers.ddp_train: {problem}", sys.stderr)
+            say(f"{prog}: {problem}", sys.stderr)
         raise SystemExit(2)
 
 
@@ -228,6 +228,8 @@ def start_method(backward: bool) -> str:
 
 
 SCRIPT = "helpers.ddp_train"
+HARNESS = "helpers.ddp_harness"
+"""The same script with the lesson's checks around it: --check-equivalence, --fail-rank."""
 STOP_GRACE = 40.0  # seconds torchrun gets to stop its workers after SIGTERM (it gives them 30 s) before it is killed
 CPU_PROCESSES = 2  # gloo processes in a plan without GPUs: the fewest that have something to synchronise
 
@@ -291,11 +293,12 @@ def torchrun(
     nproc: int, script_args: Sequence[str] = (), timeout: float = 120.0, module: str = SCRIPT
 ) -> subprocess.CompletedProcess[str]:
     """Run ``module`` (the lesson 07 script by default) under torchrun and capture its output; no worker outlives it.
-    A timeout raises subprocess.TimeoutExpired with the output so far; a bad ``--fail-rank`` raises ValueError first."""
+    A timeout raises subprocess.TimeoutExpired with the output so far; for ``HARNESS``, a bad ``--fail-rank`` raises
+    ValueError first."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--fail-rank")
     fail_rank = parser.parse_known_args(script_args)[0].fail_rank
-    if module == SCRIPT and fail_rank is not None and fail_rank.lstrip("-").isdigit():  # else the script complains
+    if module == HARNESS and fail_rank is not None and fail_rank.lstrip("-").isdigit():  # else the script complains
         problem = fail_rank_problem(int(fail_rank), nproc)
         if problem:
             raise ValueError(problem)

@@ -100,7 +100,7 @@ def train(args: argparse.Namespace, data: tuple[TensorDataset, TensorDataset], d
     """The training loop in one process: the same loop as ddp_train.train, without what DDP adds."""
     train_set, test_set = data
     loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True)
-    print(f"one process on {device}: {len(train_set)} images per epoch, {len(loader)} steps")
+    print(f"one process on {device}: {len(train_set)} images per epoch, {len(loader)} steps", flush=True)
 
     torch.manual_seed(args.seed)
     model = build_model(args.model).to(device)
@@ -120,14 +120,14 @@ def train(args: argparse.Namespace, data: tuple[TensorDataset, TensorDataset], d
             totals[0] += loss.detach() * len(y)
             totals[1] += len(y)
         history.append((totals[0] / totals[1]).item())
-        print(f"epoch {epoch + 1}/{args.epochs}: mean training loss {history[-1]:.4f}")
+        print(f"epoch {epoch + 1}/{args.epochs}: mean training loss {history[-1]:.4f}", flush=True)
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch + 1}
         save_checkpoint(state, Path(args.out) / CHECKPOINT_FILE)
     seconds = time.perf_counter() - start
 
     summary = {"world_size": 1, "losses": history, "seconds": seconds, "checkpoint": CHECKPOINT_FILE}
     summary["test_accuracy"] = evaluate(model, DataLoader(test_set, batch_size=1000))["accuracy"]
-    print(f"test accuracy {summary['test_accuracy']:.1%}, {seconds:.1f} s of training")
+    print(f"test accuracy {summary['test_accuracy']:.1%}, {seconds:.1f} s of training", flush=True)
     (Path(args.out) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
     return summary
 

@@ -1,8 +1,10 @@
-"""helpers.ddp_train under torchrun with two gloo (CPU) processes (equivalence, repeated launches, a failing rank), and
-alone as one process; its single-process twin helpers.single_train."""
+"""helpers.ddp_train under torchrun with two gloo (CPU) processes, through helpers.ddp_harness (equivalence, repeated
+launches, a failing rank), and alone as one process; the printed script holds DDP and nothing of the harness; its
+single-process twin helpers.single_train."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -12,8 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
-from helpers import ddp_check, ddp_train, distributed, single_train
+from helpers import ddp_check, ddp_harness, ddp_train, distributed, single_train
 from helpers.checkpoints import load_checkpoint
 from helpers.data import DatasetUnavailableError
 from helpers.models import build_model
@@ -32,7 +35,7 @@ def _report(result) -> str:
 @pytest.mark.slow
 def test_two_processes_equal_one_process_on_the_global_batch(tmp_path: Path) -> None:
     args = ["--device", "cpu", "--epochs", "2", "--synthetic-size", "256", "--batch-size", "16", "--check-equivalence"]
-    result = distributed.torchrun(2, [*args, "--out", str(tmp_path)], timeout=180)
+    result = distributed.torchrun(2, [*args, "--out", str(tmp_path)], timeout=180, module=distributed.HARNESS)
     assert result.returncode == 0, _report(result)
     summary = json.loads((tmp_path / ddp_train.SUMMARY_FILE).read_text())
     assert summary["world_size"] == 2 and summary["backend"] == "gloo"
@@ -49,11 +52,12 @@ def test_two_processes_equal_one_process_on_the_global_batch(tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_three_launches_in_a_row_all_succeed(tmp_path: Path) -> None:
-    # A launch now and then aborted at shutdown (gloo, SIGABRT) until the script left its process group cleanly;
+    # A launch now and then aborted at shutdown (gloo, SIGABRT) until the harness left its process group cleanly;
     # test_the_process_group_is_gone_before_the_interpreter_shuts_down checks the cause itself, and
     # tools/ddp_stress.py repeats launches by the hundred.
     for attempt in range(3):
-        result = distributed.torchrun(2, [*QUICK, "--out", str(tmp_path / str(attempt))], timeout=120)
+        out = str(tmp_path / str(attempt))
+        result = distributed.torchrun(2, [*QUICK, "--out", out], timeout=120, module=distributed.HARNESS)
         assert result.returncode == 0, f"launch {attempt + 1} of 3 failed:\n{_report(result)}"
         assert (tmp_path / str(attempt) / ddp_train.CHECKPOINT_FILE).is_file()
 
@@ -61,9 +65,8 @@ def test_three_launches_in_a_row_all_succeed(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_failing_rank_ends_the_job_with_an_error(tmp_path: Path) -> None:
     start = time.perf_counter()
-    result = distributed.torchrun(
-        2, [*QUICK, "--out", str(tmp_path), "--fail-rank", "1", "--timeout", "30"], timeout=120
-    )
+    args = [*QUICK, "--out", str(tmp_path), "--fail-rank", "1", "--timeout", "30"]
+    result = distributed.torchrun(2, args, timeout=120, module=distributed.HARNESS)
     assert result.returncode != 0
     assert time.perf_counter() - start < 120
     cause = distributed.root_cause(result.stderr)
@@ -74,9 +77,9 @@ def test_a_failing_rank_ends_the_job_with_an_error(tmp_path: Path) -> None:
 
 TEARDOWN_PROBE = """
 import os, sys
-from helpers import ddp_train
+from helpers import ddp_harness
 
-code = ddp_train.main(sys.argv[2:])
+code = ddp_harness.main(sys.argv[2:])
 threads = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
 with open(os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.txt"), "w") as f:
     f.write("\\n".join(threads))
@@ -135,13 +138,57 @@ def test_a_timed_out_launch_leaves_no_worker_running(tmp_path: Path, monkeypatch
 
 @pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # @record under pytest's captured stderr
 def test_without_torchrun_the_script_is_rank_0_of_a_world_of_one(tmp_path: Path, monkeypatch, capsys) -> None:
-    monkeypatch.delenv("RANK", raising=False)  # python -m helpers.ddp_train, as nanoGPT's train.py runs alone
-    assert ddp_train.main([*QUICK, "--check-equivalence", "--out", str(tmp_path)]) == 0
+    monkeypatch.delenv("RANK", raising=False)  # python -m helpers.ddp_harness, as nanoGPT's train.py runs alone
+    assert ddp_harness.main([*QUICK, "--check-equivalence", "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / ddp_train.SUMMARY_FILE).read_text())
     assert summary["world_size"] == 1 and summary["backend"] == "gloo" and summary["replica_max_abs_diff"] == 0.0
     assert summary["reference_max_abs_diff"] < ddp_check.TOLERANCE  # a world of one: its own global batch
     assert "[rank 0] of 1 on cpu (gloo)" in capsys.readouterr().out
     assert not torch.distributed.is_initialized()  # torn down
+
+
+@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
+def test_the_printed_script_alone_trains_and_leaves_its_group(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.delenv("RANK", raising=False)  # python -m helpers.ddp_train, without the harness
+    assert ddp_train.main([*QUICK, "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / ddp_train.SUMMARY_FILE).read_text())
+    assert summary["world_size"] == 1 and summary["backend"] == "gloo" and 0 <= summary["test_accuracy"] <= 1
+    assert "replica_max_abs_diff" not in summary  # the harness's entry
+    out = capsys.readouterr().out
+    assert "[rank 0] of 1 on cpu (gloo)" in out and "epoch 1/1: mean training loss" in out
+    assert not torch.distributed.is_initialized()
+
+
+HARNESS_NAMES = (
+    *("ddp_check", "Reference", "replica_gap", "check_equivalence", "fail_rank", "fail_here", "say("),
+    *("world_of_one", "leaving_cleanly", "check_out_folder", " distributed.", "helpers.distributed", "torch._dynamo"),
+)
+"""What the course's checks and workarounds are called: none of it belongs in the file lesson 07 prints."""
+DDP_ESSENTIALS = (
+    *('os.environ.get("LOCAL_RANK"', "dist.init_process_group(", "DistributedSampler(", "sampler.set_epoch(epoch)"),
+    *("DDP(model, device_ids=", "dist.all_reduce(", "if rank == 0:", "save_checkpoint(", "model.module.state_dict()"),
+    *("dist.barrier()", "dist.destroy_process_group()", "@record"),
+)
+
+
+def test_the_printed_script_is_ddp_and_nothing_of_the_harness() -> None:
+    source = inspect.getsource(ddp_train)  # what lesson 07 prints
+    assert [name for name in HARNESS_NAMES if name in source] == []
+    assert [line for line in DDP_ESSENTIALS if line not in source] == []
+    assert len(source.splitlines()) <= 125  # pytorch/examples' multigpu_torchrun.py teaches the same in 111
+
+
+@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
+def test_the_harness_hooks_leave_with_its_run(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(RuntimeError, match=r"rank 0 fails on purpose \(--fail-rank 0\)"):
+        ddp_harness.main([*QUICK, "--fail-rank", "0", "--out", str(tmp_path)])
+    assert not torch.distributed.is_initialized()
+    model = nn.Linear(4, 2)  # a forward pass and a step after the run: no hook of it is left to fire
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.ones(1, 4)).sum().backward()
+    optimizer.step()
+    assert not (tmp_path / ddp_train.SUMMARY_FILE).exists()
 
 
 def test_the_single_process_twin_trains_the_same_model(tmp_path: Path, capsys) -> None:

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for i in range(1, args.launches + 1):
             with tempfile.TemporaryDirectory() as out:
-                result = distributed.torchrun(args.nproc, [*QUICK, "--out", out], timeout=300)
+                result = distributed.torchrun(args.nproc, [*QUICK, "--out", out], 300, distributed.HARNESS)
                 ok = result.returncode == 0 and (Path(out) / ddp_train.CHECKPOINT_FILE).is_file()
             if not ok:
                 log = log_dir / f"launch-{i:03d}.log"

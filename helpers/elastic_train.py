@@ -9,6 +9,11 @@ GPU's). Rank 0 writes the checkpoint atomically (helpers.checkpoints: a temporar
 waits at a barrier until it is written, so no rank runs ahead of a checkpoint that might not exist. ``--crash-rank R
 --crash-at S`` kills rank R at step S in the group's first attempt (the rehearsal of a worker that dies); the loss of
 every step goes to ``losses.jsonl`` with the attempt that computed it.
+
+A cluster also stops jobs: SLURM sends SIGTERM when it preempts a job or the time limit comes (and SIGUSR1 ahead of
+time when asked, ``#SBATCH --signal=B:USR1@120``), then kills. On SIGTERM or SIGUSR1 each rank finishes the step under
+way, all ranks agree to stop after the same step, rank 0 writes the checkpoint, and every process exits with status
+75 (``STOPPED``: stopped, resume me). The same command started again resumes from that checkpoint.
 """
 
 from __future__ import annotations
@@ -38,6 +43,36 @@ CHECKPOINT = "resume.pt"
 LOSSES = "losses.jsonl"
 FINAL = "final.pt"
 RESUME_KEYS = ("model", "optimizer", "schedule", "step", "epoch", "position", "rng")  # what checkpoint() saves
+STOPPED = 75  # the exit status of a run stopped by a signal, with a checkpoint to resume from (EX_TEMPFAIL: try again)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # a cluster's "stop now" and SLURM's early warning
+
+stop_requested = False  # set by request_stop, read after every step
+
+
+class Stopped(Exception):
+    """Every rank stopped after the same step on a signal, and the checkpoint of that step is on disk."""
+
+
+def request_stop(signum: int, frame: object) -> None:
+    """The handler of SIGTERM and SIGUSR1: note the request; the training loop acts on it after the step under way."""
+    global stop_requested
+    stop_requested = True
+
+
+def catch_stop_signals() -> None:
+    """Let SIGTERM and SIGUSR1 request a stop instead of ending the process at once."""
+    global stop_requested
+    stop_requested = False
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, request_stop)
+
+
+def all_agree_to_stop(requested: bool, device: torch.device) -> bool:
+    """Whether any rank was asked to stop: every rank's flag goes into one all-reduce (MAX), so every rank gets the
+    same answer after the same step and none is left waiting in the next step's all-reduce for a peer that left."""
+    flag = torch.tensor(int(requested), device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
 
 
 def parse_args(argv: Sequence[str] | None = None):
@@ -68,14 +103,18 @@ def group_attempt(device: torch.device) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     distributed.check_out_folder(args.out, "helpers.elastic_train")  # a bad --out: one line with the fix, exit 2
-    return distributed.train_in_group(args, train, load_data(args)[0])  # nccl on a GPU of its own, else gloo
+    catch_stop_signals()
+    try:
+        return distributed.train_in_group(args, train, load_data(args)[0])  # nccl on a GPU of its own, else gloo
+    except Stopped:
+        return STOPPED
 
 
 def train(args, data, device: torch.device) -> None:
     rank, world_size, attempt = dist.get_rank(), dist.get_world_size(), group_attempt(device)
     out = Path(args.out)  # main made it (check_out_folder)
     sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=args.seed)
-    loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler)
+    loader = batches(data, sampler, args.batch_size)
     node, local = os.environ.get("GROUP_RANK", "0"), os.environ.get("LOCAL_RANK", "0")  # torchrun sets both
     where = f"{os.environ.get('MASTER_ADDR', 'this process')}:{os.environ.get('MASTER_PORT', '-')}"
     say(f"[node {node}, local rank {local}] rank {rank} of {world_size} on {device}, group's store at {where}")
@@ -120,12 +159,23 @@ def train(args, data, device: torch.device) -> None:
                 checkpoint(out, model, optimizer, schedule, step, epoch, position, device)
             if step == args.steps:
                 break
+            if all_agree_to_stop(stop_requested, device):  # SIGTERM or SIGUSR1 reached at least one rank
+                checkpoint(out, model, optimizer, schedule, step, epoch, position, device)
+                say(f"[rank {rank}] stopped by a signal after step {step}; exit {STOPPED}, the same command resumes")
+                raise Stopped
         else:
             epoch, position = epoch + 1, 0
     gap = ddp_check.replica_gap(model.module)  # every rank's weights against rank 0's (a collective)
     if rank == 0:
         save_checkpoint(model.module.state_dict(), out / FINAL)
         say(f"[rank 0] finished {step} steps in attempt {attempt}; largest difference from rank 0's weights {gap:.1e}")
+
+
+def batches(data, sampler: DistributedSampler, batch_size: int) -> DataLoader:
+    """The loader of this rank's batches. It draws its seed from a generator of its own: by default every pass over a
+    DataLoader takes one number from the global generator, and a resumed run, which starts its pass over the epoch
+    again after restoring the random state, would then be one draw ahead of a run that never stopped."""
+    return DataLoader(data, batch_size=batch_size, sampler=sampler, generator=torch.Generator())
 
 
 def random_state(device: torch.device) -> dict[str, torch.Tensor]:

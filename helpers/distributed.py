@@ -98,7 +98,7 @@ def leaving_cleanly(timeout: float) -> Iterator[None]:
     imported while a process group exists, dynamo keeps references to that group, so ``destroy_process_group`` cannot
     free it; gloo's worker threads then live on into interpreter shutdown, where now and then one of them aborts the
     process (exit -6, "terminate called without an active exception") after training has finished. A script imports
-    torch._dynamo before it creates its group, as helpers/ddp_harness.py does for helpers/ddp_train.py.
+    torch._dynamo before it creates its group, as helpers/ddp_train_harness.py does for helpers/ddp_train.py.
     """
     try:
         yield
@@ -228,7 +228,7 @@ def start_method(backward: bool) -> str:
 
 
 SCRIPT = "helpers.ddp_train"
-HARNESS = "helpers.ddp_harness"
+HARNESS = "helpers.ddp_train_harness"
 """The same script with the lesson's checks around it: --check-equivalence, --fail-rank."""
 STOP_GRACE = 40.0  # seconds torchrun gets to stop its workers after SIGTERM (it gives them 30 s) before it is killed
 CPU_PROCESSES = 2  # gloo processes in a plan without GPUs: the fewest that have something to synchronise

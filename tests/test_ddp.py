@@ -1,6 +1,6 @@
-"""helpers.ddp_train under torchrun with two gloo (CPU) processes, through helpers.ddp_harness (equivalence, repeated
-launches, a failing rank), and alone as one process; the printed script holds DDP and nothing of the harness; its
-single-process twin helpers.single_train."""
+"""helpers.ddp_train under torchrun with two gloo (CPU) processes, through helpers.ddp_train_harness (equivalence,
+repeated launches, a failing rank), and alone as one process; the printed script holds DDP and nothing of the harness;
+its single-process twin helpers.single_train."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import ddp_check, ddp_harness, ddp_train, distributed, single_train
+from helpers import ddp_check, ddp_train, ddp_train_harness, distributed, single_train
 from helpers.checkpoints import load_checkpoint
 from helpers.data import DatasetUnavailableError
 from helpers.models import build_model
@@ -77,9 +77,9 @@ def test_a_failing_rank_ends_the_job_with_an_error(tmp_path: Path) -> None:
 
 TEARDOWN_PROBE = """
 import os, sys
-from helpers import ddp_harness
+from helpers import ddp_train_harness
 
-code = ddp_harness.main(sys.argv[2:])
+code = ddp_train_harness.main(sys.argv[2:])
 threads = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
 with open(os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.txt"), "w") as f:
     f.write("\\n".join(threads))
@@ -138,8 +138,8 @@ def test_a_timed_out_launch_leaves_no_worker_running(tmp_path: Path, monkeypatch
 
 @pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # @record under pytest's captured stderr
 def test_without_torchrun_the_script_is_rank_0_of_a_world_of_one(tmp_path: Path, monkeypatch, capsys) -> None:
-    monkeypatch.delenv("RANK", raising=False)  # python -m helpers.ddp_harness, as nanoGPT's train.py runs alone
-    assert ddp_harness.main([*QUICK, "--check-equivalence", "--out", str(tmp_path)]) == 0
+    monkeypatch.delenv("RANK", raising=False)  # python -m helpers.ddp_train_harness, as nanoGPT's train.py runs alone
+    assert ddp_train_harness.main([*QUICK, "--check-equivalence", "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / ddp_train.SUMMARY_FILE).read_text())
     assert summary["world_size"] == 1 and summary["backend"] == "gloo" and summary["replica_max_abs_diff"] == 0.0
     assert summary["reference_max_abs_diff"] < ddp_check.TOLERANCE  # a world of one: its own global batch
@@ -182,7 +182,7 @@ def test_the_printed_script_is_ddp_and_nothing_of_the_harness() -> None:
 def test_the_harness_hooks_leave_with_its_run(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("RANK", raising=False)
     with pytest.raises(RuntimeError, match=r"rank 0 fails on purpose \(--fail-rank 0\)"):
-        ddp_harness.main([*QUICK, "--fail-rank", "0", "--out", str(tmp_path)])
+        ddp_train_harness.main([*QUICK, "--fail-rank", "0", "--out", str(tmp_path)])
     assert not torch.distributed.is_initialized()
     model = nn.Linear(4, 2)  # a forward pass and a step after the run: no hook of it is left to fire
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -1,4 +1,4 @@
-"""The course's training scripts (helpers.ddp_train through helpers.ddp_harness, helpers.elastic_train,
+"""The course's training scripts (helpers.ddp_train through helpers.ddp_train_harness, helpers.elastic_train,
 helpers.fsdp_train) given a bad --out, a checkpoint they cannot resume from, --help, or the temporary file of a save
 that was killed: one line naming the fix and no traceback, before any training."""
 
@@ -20,7 +20,7 @@ from helpers.checkpoints import remove_leftovers, save_checkpoint
 from helpers.models import build_model
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ("helpers.ddp_harness", "helpers.elastic_train", "helpers.fsdp_train")  # ddp_train through its harness
+SCRIPTS = ("helpers.ddp_train_harness", "helpers.elastic_train", "helpers.fsdp_train")  # ddp_train through its harness
 QUICK = ["--synthetic-size", "64", "--device", "cpu"]
 
 

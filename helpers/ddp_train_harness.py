@@ -1,13 +1,13 @@
 """Lesson 07: helpers/ddp_train.py with the course's checks around it, for the lesson's runs and the tests.
 
-    torchrun --standalone --nproc-per-node 2 -m helpers.ddp_harness --check-equivalence   # compare with one process
-    torchrun --standalone --nproc-per-node 2 -m helpers.ddp_harness --fail-rank 1         # rank 1 fails on purpose
+    torchrun --standalone --nproc-per-node 2 -m helpers.ddp_train_harness --check-equivalence  # against one process
+    torchrun --standalone --nproc-per-node 2 -m helpers.ddp_train_harness --fail-rank 1        # rank 1 fails
 
 It runs ddp_train's own ``setup`` and ``train`` and adds, without a line in that file: a refusal of a bad ``--out`` or
 ``--fail-rank`` before anything starts; ``--check-equivalence`` (helpers/ddp_check.py: rank 0 trains a plain copy on
 each step's global batch, from a hook after every optimizer step); ``--fail-rank`` (a hook before the first forward
 pass raises on that rank); the check that every replica holds rank 0's weights; and a clean exit
-(``distributed.leaving_cleanly``, and torch._dynamo imported before the group, which that function says why).
+(``distributed.leaving_cleanly``, and torch._dynamo imported before the group: that function's docstring says why).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from helpers.distributed import say
 from helpers.models import build_model
 from helpers.single_train import SUMMARY_FILE, load_data
 
-PROG = "helpers.ddp_harness"
+PROG = "helpers.ddp_train_harness"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -43,7 +43,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=arguments.seconds, default=60.0, help="seconds a collective may wait (default 60)")
     p.add_argument("--check-equivalence", action="store_true", help="compare with one process on the global batch")
     p.add_argument("--equivalence-steps", type=arguments.count, default=ddp_check.STEPS, help="steps compared (0: all)")
-    p.add_argument("--fail-rank", type=arguments.rank_or_none, default=-1, help="this rank fails at the start")
+    p.add_argument("--fail-rank", type=arguments.rank_or_none, default=-1, help="this rank fails at its first forward")
     args = p.parse_args(argv)
     distributed.check_fail_rank(args.fail_rank, PROG)  # a rank this job has, or every process exits with one message
     return args

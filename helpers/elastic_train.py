@@ -13,16 +13,19 @@ every step goes to ``losses.jsonl`` with the attempt that computed it.
 A cluster also stops jobs: SLURM sends SIGTERM when it preempts a job or the time limit comes (and SIGUSR1 ahead of
 time when asked, ``#SBATCH --signal=B:USR1@120``), then kills. On SIGTERM or SIGUSR1 each rank finishes the step under
 way, all ranks agree to stop after the same step, rank 0 writes the checkpoint, and every process exits with status
-75 (``STOPPED``: stopped, resume me). The same command started again resumes from that checkpoint.
+75 (``STOPPED``: stopped, resume me). The same command started again resumes from that checkpoint. Outside the
+training loop (joining the group, the final save) and after a failed step, the signals end the process at once, as by
+default: torchrun stopping the workers left after a crash does not wait for them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -59,12 +62,24 @@ def request_stop(signum: int, frame: object) -> None:
     stop_requested = True
 
 
-def catch_stop_signals() -> None:
-    """Let SIGTERM and SIGUSR1 request a stop instead of ending the process at once."""
+@contextlib.contextmanager
+def stop_signals_caught() -> Iterator[None]:
+    """Inside the block, SIGTERM and SIGUSR1 only request a stop (``request_stop``); after it, they end the process at
+    once again. A step that fails after a signal came (a collective whose peer is gone) ends the process with SIGTERM
+    too, as it would have ended without the handler: torchrun stopping its workers after a crash waits for no one."""
     global stop_requested
     stop_requested = False
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, request_stop)
+    previous = {signum: signal.signal(signum, request_stop) for signum in STOP_SIGNALS}
+    try:
+        yield
+    except Exception as exc:
+        if stop_requested and not isinstance(exc, Stopped):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+        raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def all_agree_to_stop(requested: bool, device: torch.device) -> bool:
@@ -103,7 +118,6 @@ def group_attempt(device: torch.device) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     distributed.check_out_folder(args.out, "helpers.elastic_train")  # a bad --out: one line with the fix, exit 2
-    catch_stop_signals()
     try:
         return distributed.train_in_group(args, train, load_data(args)[0])  # nccl on a GPU of its own, else gloo
     except Stopped:
@@ -136,35 +150,40 @@ def train(args, data, device: torch.device) -> None:
         say(f"[rank {rank}] attempt {attempt}: no checkpoint in {out}, starting at step 0")
 
     loss_fn = nn.CrossEntropyLoss()
-    while step < args.steps:
-        sampler.set_epoch(epoch)  # the same shuffle as an uninterrupted run's for this epoch
-        for index, (X, y) in enumerate(loader):
-            if index < position:  # used before the restart
-                continue
-            if rank == args.crash_rank and step == args.crash_at and attempt == 0:
-                say(f"[rank {rank}] dies at step {step} (SIGKILL: no cleanup, no last words)")
-                os.kill(os.getpid(), signal.SIGKILL)
-            loss = loss_fn(model(X.to(device)), y.to(device))
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            step, position = step + 1, index + 1
-            mean = loss.detach().clone()
-            dist.all_reduce(mean)
-            if rank == 0:
-                with open(out / LOSSES, "a") as log:
-                    log.write(json.dumps({"step": step, "loss": mean.item() / world_size, "attempt": attempt}) + "\n")
-            if step % args.every == 0 or step == args.steps:
-                checkpoint(out, model, optimizer, schedule, step, epoch, position, device)
-            if step == args.steps:
-                break
-            if all_agree_to_stop(stop_requested, device):  # SIGTERM or SIGUSR1 reached at least one rank
-                checkpoint(out, model, optimizer, schedule, step, epoch, position, device)
-                say(f"[rank {rank}] stopped by a signal after step {step}; exit {STOPPED}, the same command resumes")
-                raise Stopped
-        else:
-            epoch, position = epoch + 1, 0
+    with stop_signals_caught():  # SIGTERM or SIGUSR1 now stops the loop after the step under way
+        while step < args.steps:
+            sampler.set_epoch(epoch)  # the same shuffle as an uninterrupted run's for this epoch
+            for index, (X, y) in enumerate(loader):
+                if index < position:  # used before the restart
+                    continue
+                if rank == args.crash_rank and step == args.crash_at and attempt == 0:
+                    say(f"[rank {rank}] dies at step {step} (SIGKILL: no cleanup, no last words)")
+                    os.kill(os.getpid(), signal.SIGKILL)
+                loss = loss_fn(model(X.to(device)), y.to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                schedule.step()
+                step, position = step + 1, index + 1
+                mean = loss.detach().clone()
+                dist.all_reduce(mean)
+                if rank == 0:
+                    with open(out / LOSSES, "a") as log:
+                        log.write(
+                            json.dumps({"step": step, "loss": mean.item() / world_size, "attempt": attempt}) + "\n"
+                        )
+                if step % args.every == 0 or step == args.steps:
+                    checkpoint(out, model, optimizer, schedule, step, epoch, position, device)
+                if step == args.steps:
+                    break
+                if all_agree_to_stop(stop_requested, device):  # SIGTERM or SIGUSR1 reached at least one rank
+                    checkpoint(out, model, optimizer, schedule, step, epoch, position, device)
+                    say(
+                        f"[rank {rank}] stopped by a signal after step {step}; exit {STOPPED}, the same command resumes"
+                    )
+                    raise Stopped
+            else:
+                epoch, position = epoch + 1, 0
     gap = ddp_check.replica_gap(model.module)  # every rank's weights against rank 0's (a collective)
     if rank == 0:
         save_checkpoint(model.module.state_dict(), out / FINAL)

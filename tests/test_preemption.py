@@ -33,14 +33,14 @@ ARGS = ["--device", "cpu", "--steps", str(STEPS), "--every", "50", "--timeout", 
 def agree(rank: int, store_file: str, signalled_rank: int, results) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=2)
     try:
-        elastic_train.catch_stop_signals()
         stopped_after = None
-        for step in range(1, 11):
-            if rank == signalled_rank and step == 3:
-                os.kill(os.getpid(), signal.SIGUSR1)  # the handler only notes it; the step goes on
-            if elastic_train.all_agree_to_stop(elastic_train.stop_requested, torch.device("cpu")):
-                stopped_after = step
-                break
+        with elastic_train.stop_signals_caught():
+            for step in range(1, 11):
+                if rank == signalled_rank and step == 3:
+                    os.kill(os.getpid(), signal.SIGUSR1)  # the handler only notes it; the step goes on
+                if elastic_train.all_agree_to_stop(elastic_train.stop_requested, torch.device("cpu")):
+                    stopped_after = step
+                    break
         results.put((rank, stopped_after, elastic_train.stop_requested))
     finally:
         dist.destroy_process_group()
@@ -72,6 +72,36 @@ def test_a_signal_to_one_rank_stops_both_after_the_same_step(tmp_path: Path) -> 
 @pytest.mark.slow
 def test_without_a_signal_no_rank_stops(tmp_path: Path) -> None:
     assert agreement(tmp_path, signalled_rank=-1) == {0: (None, False), 1: (None, False)}
+
+
+def signalled_then(ending: str) -> None:
+    """In a child process: SIGTERM inside ``stop_signals_caught``, then the block ends as ``ending`` says."""
+    with contextlib.suppress(elastic_train.Stopped), elastic_train.stop_signals_caught():
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert elastic_train.stop_requested  # noted, and the process goes on
+        if ending == "failed step":
+            raise RuntimeError("a collective whose peer is gone")
+        if ending == "stopped":
+            raise elastic_train.Stopped
+    if ending == "after the block":
+        os.kill(os.getpid(), signal.SIGTERM)  # the default again: the process ends here
+        time.sleep(5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("ending", "exitcode"), [("stopped", 0), ("failed step", -signal.SIGTERM), ("after the block", -signal.SIGTERM)]
+)
+def test_sigterm_ends_the_process_at_once_outside_the_training_loop(ending: str, exitcode: int) -> None:
+    """torchrun stops the workers left after a crash with SIGTERM; one that had caught it would keep the restart
+    waiting for torchrun's SIGKILL, 30 s later."""
+    child = multiprocessing.get_context("fork").Process(target=signalled_then, args=(ending,))
+    child.start()
+    child.join(30)
+    if child.is_alive():
+        child.kill()
+        child.join()
+    assert child.exitcode == exitcode
 
 
 def test_a_pass_over_the_batches_leaves_the_random_state_alone() -> None:

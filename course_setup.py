@@ -30,7 +30,7 @@ DISTRIBUTION = "pytorch-gpu-course-helpers"
 """The course's package name on pip's side (pyproject.toml's ``[project] name``)."""
 PLATFORM = {"torch": "2.8", "torchvision": "0.23"}
 """What the platform brings and the course never installs or replaces, with the lowest version it supports
-(helpers.devices' TORCH_FLOOR and TORCHVISION_FLOOR: a test holds them together)."""
+(lessons.lesson_00's TORCH_FLOOR and TORCHVISION_FLOOR: a test holds them together)."""
 
 
 class SetupError(Exception):

@@ -111,7 +111,7 @@ def check_resident_batches(epoch_batches: Callable | None, device: torch.device)
 
 
 def _best_change_name(best_change: Any, results: list, task: str) -> str:
-    from helpers import bench
+    from lessons import lesson_05 as bench
 
     return f"the change that paid most ({bench.TASK_TITLES[task]})"
 
@@ -120,8 +120,8 @@ def _best_change_name(best_change: Any, results: list, task: str) -> str:
 def check_best_change(best_change: str | None, results: list, task: str = "cnn") -> str | None:
     """The pipeline (a name in ``bench.PIPELINES``) whose one change raised ``task``'s images per second most against
     the row it changes from, in this run's ``results``."""
-    from helpers import bench
     from helpers.text import ratio_text
+    from lessons import lesson_05 as bench
 
     ratios = {p: c.speedup for (p, t), c in bench.row_comparisons(results).items() if t == task}
     if best_change not in ratios:

@@ -14,7 +14,7 @@ from helpers.placement import same_device
 @exercise("06_replica_split", "a batch of {batch_size} on {num_gpus} GPUs")
 def check_replica_split(sizes: list[int] | None, batch_size: int, num_gpus: int) -> str | None:
     """The batch size each GPU's replica sees when DataParallel splits ``batch_size`` over ``num_gpus``."""
-    from helpers.parallel import replica_split
+    from lessons.lesson_06 import replica_split
 
     try:
         answer = [int(n) for n in sizes]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from helpers import settings
+from helpers.settings import canonical_name
 
 if TYPE_CHECKING:
     import torchvision
@@ -54,17 +55,6 @@ class DataDirError(DatasetUnavailableError):
 
 class DamagedDataError(DatasetUnavailableError):
     """A data file is on disk but incomplete (cut short, empty) and cannot be unpacked again from here."""
-
-
-def canonical_name(name: str) -> str:
-    """ "mnist" -> "MNIST", "fashion-mnist" and "Fashion MNIST" -> "FashionMNIST"; ValueError for anything else."""
-    if not isinstance(name, str):
-        raise ValueError(f"The dataset must be given by name, got {name!r}. Choose one of: {', '.join(DATASETS)}.")
-    key = "".join(name.replace("-", "").replace("_", "").split()).lower()
-    for canonical in DATASETS:
-        if canonical.lower() == key:
-            return canonical
-    raise ValueError(f"Unknown dataset {name!r}. Choose one of: {', '.join(DATASETS)}.")
 
 
 def default_data_dir() -> Path:

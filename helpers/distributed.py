@@ -41,7 +41,7 @@ def process_device(choice: str) -> torch.device:
 
 
 def join_group(choice: str, timeout: float) -> torch.device:
-    """Join the process group as helpers/ddp_train.py does (and writes out for lesson 07): this process's device
+    """Join the process group as lesson 07's ddp_train.py does (and writes out): this process's device
     (``process_device``), made current on CUDA; nccl there, else gloo; collectives that give up after ``timeout``
     seconds; a world of one without torchrun. Returns the device."""
     device = process_device(choice)
@@ -98,7 +98,7 @@ def leaving_cleanly(timeout: float) -> Iterator[None]:
     imported while a process group exists, dynamo keeps references to that group, so ``destroy_process_group`` cannot
     free it; gloo's worker threads then live on into interpreter shutdown, where now and then one of them aborts the
     process (exit -6, "terminate called without an active exception") after training has finished. A script imports
-    torch._dynamo before it creates its group, as helpers/ddp_train_harness.py does for helpers/ddp_train.py.
+    torch._dynamo before it creates its group, as lessons/lesson_07/harness.py does for lessons/lesson_07/ddp_train.py.
     """
     try:
         yield
@@ -227,8 +227,8 @@ def start_method(backward: bool) -> str:
     return "fork" if forks and (not backward or fork_keeps_autograd()) else "spawn"
 
 
-SCRIPT = "helpers.ddp_train"
-HARNESS = "helpers.ddp_train_harness"
+SCRIPT = "lessons.lesson_07.ddp_train"
+HARNESS = "lessons.lesson_07.harness"
 """The same script with the lesson's checks around it: --check-equivalence, --fail-rank."""
 STOP_GRACE = 40.0  # seconds torchrun gets to stop its workers after SIGTERM (it gives them 30 s) before it is killed
 CPU_PROCESSES = 2  # gloo processes in a plan without GPUs: the fewest that have something to synchronise

@@ -25,6 +25,20 @@ DATA_DIR = "COURSE_DATA_DIR"
 
 NAMES = (DEVICE, QUICK, DATASET, DATA_DIR)
 
+DATASET_NAMES = ("MNIST", "FashionMNIST")
+"""The datasets the course trains on, spelt as torchvision names their classes."""
+
+
+def canonical_name(name: str) -> str:
+    """ "mnist" -> "MNIST", "fashion-mnist" and "Fashion MNIST" -> "FashionMNIST"; ValueError for anything else."""
+    if not isinstance(name, str):
+        raise ValueError(f"The dataset must be given by name, got {name!r}. Choose one of: {', '.join(DATASET_NAMES)}.")
+    key = "".join(name.replace("-", "").replace("_", "").split()).lower()
+    for canonical in DATASET_NAMES:
+        if canonical.lower() == key:
+            return canonical
+    raise ValueError(f"Unknown dataset {name!r}. Choose one of: {', '.join(DATASET_NAMES)}.")
+
 
 def given(name: str) -> str | None:
     """The value of variable ``name`` as it is set, for messages; None where it is unset or empty."""
@@ -55,8 +69,6 @@ def quick() -> bool:
 def dataset() -> str | None:
     """The dataset ``$COURSE_DATASET`` names, spelt as the course spells it ("fashion-mnist" -> "FashionMNIST"); None
     where it is unset or blank; ValueError for a name the course does not know."""
-    from helpers.data import canonical_name  # helpers.data reads DATA_DIR from here; it loads no torch either
-
     value = os.environ.get(DATASET, "").strip()
     if not value:
         return None

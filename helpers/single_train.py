@@ -1,4 +1,4 @@
-"""Lesson 07: the training loop of helpers/ddp_train.py in one process, without DDP, to diff the two against.
+"""Lesson 07: the training loop of lessons/lesson_07/ddp_train.py in one process, without DDP, to diff the two against.
 
     python -m helpers.single_train --epochs 2 --batch-size 64
 

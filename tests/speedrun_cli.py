@@ -1,4 +1,4 @@
-"""Run ``python -m helpers.speedrun``'s ``main`` in-process with the data, the loader's share and the ladder faked."""
+"""Run ``python -m lessons.lesson_11``'s ``main`` in-process with the data, the loader's share and the ladder faked."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import speedrun
+from lessons import lesson_11 as speedrun
 
 
 def run_faked(

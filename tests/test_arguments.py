@@ -8,8 +8,10 @@ import math
 
 import pytest
 
-from helpers import arguments, ddp_train, lesson, single_train, speedrun
+from helpers import arguments, lesson, single_train
 from helpers.data import canonical_name
+from lessons import lesson_11 as speedrun
+from lessons.lesson_07 import ddp_train
 from tools import bench, course, gpu_check
 
 WHOLE = "is not allowed: give a whole number of at least 1"

@@ -1,4 +1,4 @@
-"""helpers.bench: one change per row, a table and sentences drawn from the same numbers, and a run end to end."""
+"""lessons.lesson_05: one change per row, a table and sentences drawn from the same numbers, and a run end to end."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from helpers import bench, data
+from helpers import data
 from helpers.readings import Timing
+from lessons import lesson_05 as bench
 from tools import bench as cli
 
 

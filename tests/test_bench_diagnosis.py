@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import bench, readings
+from helpers import readings
 from helpers.readings import MIN_NOISE
+from lessons import lesson_05 as bench
 
 
 def around(seconds: float, spread: float = 0.02) -> list[float]:

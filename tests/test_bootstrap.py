@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HIDDEN = ("helpers", "exercises", "course_setup", "pytorch_gpu_course_helpers", "__editable__", "__pycache__")
 URL = launch.repository_url(ROOT / "pyproject.toml")
 DEFAULT_SOURCE = launch.install_source(URL, launch.REF)
-KAGGLE_VARIABLES = ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE")  # set in every Kaggle session (devices.runtime)
+KAGGLE_VARIABLES = ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE")  # set in every Kaggle session (lesson_00.runtime)
 
 
 def lesson_to_run() -> Path:
@@ -351,12 +351,12 @@ def test_an_older_torch_is_kept_and_stops_the_lesson_with_one_line(
     assert any(site.glob("pytorch_gpu_course_helpers*")), "the course was not installed"
 
 
-def test_kaggle_is_recognised_by_the_variables_devices_reads(monkeypatch: pytest.MonkeyPatch) -> None:
-    from helpers import devices
+def test_kaggle_is_recognised_by_the_variables_the_report_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lessons import lesson_00
 
     for name in ("COLAB_RELEASE_TAG", *KAGGLE_VARIABLES):
         monkeypatch.delenv(name, raising=False)
     for name in KAGGLE_VARIABLES:
         monkeypatch.setenv(name, "1")
-        assert devices.runtime() == "Kaggle", name
+        assert lesson_00.runtime() == "Kaggle", name
         monkeypatch.delenv(name)

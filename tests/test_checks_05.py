@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from exercises.checks import CHECKERS
-from helpers import bench
-from helpers.bench import Measurement
 from helpers.readings import Timing
+from lessons import lesson_05 as bench
+from lessons.lesson_05 import Measurement
 
 CPU = torch.device("cpu")
 

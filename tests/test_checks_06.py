@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from exercises.checks import CHECKERS
-from helpers import parallel
 from helpers.models import MLP
+from lessons import lesson_06 as parallel
 
 COVERED = {"06_replica_split", "06_unprefixed_state_dict", "06_unwrap", "06_load_wrapped_checkpoint"}
 

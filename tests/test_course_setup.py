@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 import course_setup
-from helpers import devices
+from lessons import lesson_00
 
 
 def test_the_floors_are_the_helpers() -> None:
-    assert course_setup.release(course_setup.PLATFORM["torch"])[:2] == devices.TORCH_FLOOR
-    assert course_setup.PLATFORM["torchvision"] == devices.TORCHVISION_FLOOR
+    assert course_setup.release(course_setup.PLATFORM["torch"])[:2] == lesson_00.TORCH_FLOOR
+    assert course_setup.PLATFORM["torchvision"] == lesson_00.TORCHVISION_FLOOR
     requirements = Path(__file__).resolve().parent.parent / "requirements.txt"
     lines = requirements.read_text(encoding="utf-8").splitlines()
     assert f"torch>={course_setup.PLATFORM['torch']}" in lines

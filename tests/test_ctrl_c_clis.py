@@ -1,4 +1,4 @@
-"""Ctrl-C in the two long command-line runs, ``python -m helpers.speedrun`` and ``tools/ddp_stress.py``: as with the
+"""Ctrl-C in the two long command-line runs, ``python -m lessons.lesson_11`` and ``tools/ddp_stress.py``: as with the
 course runner, one line, exit status 130, no traceback, and every process the command started has ended. The signal
 goes to the command's whole process group, as a terminal's Ctrl-C does."""
 
@@ -59,7 +59,7 @@ def test_ctrl_c_ends_the_speedrun_with_one_line() -> None:
         return bool(process.stdout.readline())  # the loader's share is printed: the ladder starts
 
     code, err, left = _interrupt(
-        [sys.executable, "-m", "helpers.speedrun", "--quick", "--runs", "2", "--device", "cpu", "--no-progress"],
+        [sys.executable, "-m", "lessons.lesson_11", "--quick", "--runs", "2", "--device", "cpu", "--no-progress"],
         training,
     )
     assert code == 130, err

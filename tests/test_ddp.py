@@ -1,4 +1,4 @@
-"""helpers.ddp_train under torchrun with two gloo (CPU) processes, through helpers.ddp_train_harness (equivalence,
+"""Lesson 07's ddp_train under torchrun with two gloo (CPU) processes, through its harness (equivalence,
 repeated launches, a failing rank), and alone as one process; the printed script holds DDP and nothing of the harness;
 its single-process twin helpers.single_train."""
 
@@ -16,10 +16,12 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import ddp_check, ddp_train, ddp_train_harness, distributed, single_train
+from helpers import ddp_check, distributed, single_train
 from helpers.checkpoints import load_checkpoint
 from helpers.data import DatasetUnavailableError
 from helpers.models import build_model
+from lessons.lesson_07 import ddp_train
+from lessons.lesson_07 import harness as ddp_train_harness
 
 QUICK = ["--device", "cpu", "--epochs", "1", "--synthetic-size", "64", "--batch-size", "16"]
 """A launch that does every collective the real run does (DDP's broadcast, all-reduces, barrier) in little time."""
@@ -77,7 +79,7 @@ def test_a_failing_rank_ends_the_job_with_an_error(tmp_path: Path) -> None:
 
 TEARDOWN_PROBE = """
 import os, sys
-from helpers import ddp_train_harness
+from lessons.lesson_07 import harness as ddp_train_harness
 
 code = ddp_train_harness.main(sys.argv[2:])
 threads = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
@@ -138,7 +140,7 @@ def test_a_timed_out_launch_leaves_no_worker_running(tmp_path: Path, monkeypatch
 
 @pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # @record under pytest's captured stderr
 def test_without_torchrun_the_script_is_rank_0_of_a_world_of_one(tmp_path: Path, monkeypatch, capsys) -> None:
-    monkeypatch.delenv("RANK", raising=False)  # python -m helpers.ddp_train_harness, as nanoGPT's train.py runs alone
+    monkeypatch.delenv("RANK", raising=False)  # python -m lessons.lesson_07.harness, as nanoGPT's train.py runs alone
     assert ddp_train_harness.main([*QUICK, "--check-equivalence", "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / ddp_train.SUMMARY_FILE).read_text())
     assert summary["world_size"] == 1 and summary["backend"] == "gloo" and summary["replica_max_abs_diff"] == 0.0
@@ -149,7 +151,7 @@ def test_without_torchrun_the_script_is_rank_0_of_a_world_of_one(tmp_path: Path,
 
 @pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
 def test_the_printed_script_alone_trains_and_leaves_its_group(tmp_path: Path, monkeypatch, capsys) -> None:
-    monkeypatch.delenv("RANK", raising=False)  # python -m helpers.ddp_train, without the harness
+    monkeypatch.delenv("RANK", raising=False)  # python -m lessons.lesson_07.ddp_train, without the harness
     assert ddp_train.main([*QUICK, "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / ddp_train.SUMMARY_FILE).read_text())
     assert summary["world_size"] == 1 and summary["backend"] == "gloo" and 0 <= summary["test_accuracy"] <= 1
@@ -230,7 +232,7 @@ def test_load_data_reads_images_as_normalised_tensors() -> None:
 
 def test_the_terminal_line_is_the_command_that_runs() -> None:
     line = distributed.torchrun_line(2, ["--epochs", "1"])
-    assert line == "torchrun --standalone --nproc_per_node=2 -m helpers.ddp_train --epochs 1"
+    assert line == "torchrun --standalone --nproc_per_node=2 -m lessons.lesson_07.ddp_train --epochs 1"
     assert distributed.torchrun_command(2, ["--epochs", "1"])[-6:] == line.split()[1:]
 
 

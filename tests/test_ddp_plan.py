@@ -1,4 +1,4 @@
-"""Launching helpers.ddp_train and its harness (helpers.distributed): the parts a learner meets before training
+"""Launching lesson 07's ddp_train and its harness (helpers.distributed): the parts a learner meets before training
 starts: how many processes with which backend (lesson 07's plan), a --fail-rank that names no rank, rank lines that
 never interleave."""
 
@@ -89,13 +89,13 @@ def test_launch_refuses_a_fail_rank_outside_the_job_before_starting_anything(mon
 
 @pytest.mark.slow
 def test_torchrun_with_a_fail_rank_outside_the_job_says_so_once_and_fails(tmp_path: Path) -> None:
-    # What a user types: torchrun --standalone --nproc_per_node=2 -m helpers.ddp_train_harness --fail-rank 5
+    # What a user types: torchrun --standalone --nproc_per_node=2 -m lessons.lesson_07.harness --fail-rank 5
     out = tmp_path / "out"
     command = distributed.torchrun_command(2, ["--fail-rank", "5", "--out", str(out)], distributed.HARNESS)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     start = time.perf_counter()
     run = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
-    said = "helpers.ddp_train_harness: --fail-rank 5 names no rank of this job: with 2 processes the ranks are 0 to 1."
+    said = "lessons.lesson_07.harness: --fail-rank 5 names no rank of this job: with 2 processes the ranks are 0 to 1."
     assert run.returncode != 0, run.stdout + run.stderr
     assert (run.stdout + run.stderr).count(said) == 1, run.stderr[-3000:]
     assert "exitcode: 2" in distributed.root_cause(run.stderr)  # the workers refused; none of them trained
@@ -107,7 +107,7 @@ def test_torchrun_with_a_fail_rank_outside_the_job_says_so_once_and_fails(tmp_pa
 @pytest.mark.slow
 def test_the_script_alone_refuses_a_negative_fail_rank_with_one_message() -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "helpers.ddp_train_harness", "--fail-rank", "-3"],
+        [sys.executable, "-m", "lessons.lesson_07.harness", "--fail-rank", "-3"],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import devices, visible_devices
+from helpers import devices
 from helpers.devices import DeviceUnavailableError, pick_device
+from lessons import lesson_00
+from lessons import lesson_01 as visible_devices
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +25,7 @@ def _no_override(monkeypatch):
 @pytest.fixture
 def no_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(devices, "_accelerator_available", lambda kind: False)
+    monkeypatch.setattr(devices, "accelerator_available", lambda kind: False)
     monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
 
 
@@ -52,7 +54,7 @@ def test_auto_prefers_cuda_and_names_the_index(two_gpus):
 
 
 def test_auto_takes_mps_when_no_cuda(monkeypatch, no_gpu):
-    monkeypatch.setattr(devices, "_accelerator_available", lambda kind: kind == "mps")
+    monkeypatch.setattr(devices, "accelerator_available", lambda kind: kind == "mps")
     assert pick_device() == torch.device("mps", 0)
 
 
@@ -61,7 +63,7 @@ def test_accelerator_that_is_not_usable_is_ignored(monkeypatch, no_gpu):
     monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
     monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda *a, **k: torch.device("xpu"))
     assert devices.available_types() == ["cpu"]
-    monkeypatch.setattr(devices, "_accelerator_available", lambda kind: kind == "xpu")
+    monkeypatch.setattr(devices, "accelerator_available", lambda kind: kind == "xpu")
     assert devices.available_types() == ["xpu", "cpu"]
 
 
@@ -141,19 +143,19 @@ def test_runtime_detection(monkeypatch):
     monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
     monkeypatch.delenv("KAGGLE_URL_BASE", raising=False)
     monkeypatch.delitem(sys.modules, "google.colab", raising=False)
-    assert devices.runtime() == "local"
+    assert lesson_00.runtime() == "local"
     monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
-    assert devices.runtime() == "Kaggle"
+    assert lesson_00.runtime() == "Kaggle"
     monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab")
-    assert devices.runtime() == "Colab"
+    assert lesson_00.runtime() == "Colab"
 
 
 def test_report_as_data_and_text():
-    report = devices.environment_report()
+    report = lesson_00.environment_report()
     assert report["torch"] == torch.__version__
     assert report["cuda_available"] == torch.cuda.is_available()
     assert report["cpu_threads"] == torch.get_num_threads()
-    text = devices.format_report(report)
+    text = lesson_00.format_report(report)
     assert f"PyTorch                {torch.__version__}" in text
     table = text.split("\n\n")[0]  # the aligned lines; a note on why there is no CUDA may follow
     assert table.splitlines()[-1].startswith("pick_device() chooses")
@@ -161,36 +163,36 @@ def test_report_as_data_and_text():
 
 def test_report_says_when_course_device_chose_the_device(monkeypatch, no_gpu):
     monkeypatch.setenv("COURSE_DEVICE", " cpu ")
-    report = devices.environment_report()
+    report = lesson_00.environment_report()
     assert report["auto_device"] == "cpu" and report["course_device"] == "cpu"
-    assert "pick_device() chooses  cpu (from COURSE_DEVICE)" in devices.format_report(report)
+    assert "pick_device() chooses  cpu (from COURSE_DEVICE)" in lesson_00.format_report(report)
     for value in ("auto", " AUTO ", ""):  # not an override: pick_device searches for the best device itself
         monkeypatch.setenv("COURSE_DEVICE", value)
-        report = devices.environment_report()
+        report = lesson_00.environment_report()
         assert report["course_device"] is None
-        assert "COURSE_DEVICE" not in devices.format_report(report)
+        assert "COURSE_DEVICE" not in lesson_00.format_report(report)
     monkeypatch.delenv("COURSE_DEVICE")
-    assert devices.environment_report()["course_device"] is None
+    assert lesson_00.environment_report()["course_device"] is None
     monkeypatch.setenv("COURSE_DEVICE", "cuda")  # unusable here: the line says why, and no "(from ...)" is added
-    line = devices.format_report().split("\n\n")[0].splitlines()[-1]
+    line = lesson_00.format_report().split("\n\n")[0].splitlines()[-1]
     assert line.startswith("pick_device() chooses  nothing: COURSE_DEVICE='cuda' is set")
     assert not line.endswith("(from COURSE_DEVICE)")
-    older = {k: v for k, v in devices.environment_report().items() if k != "course_device"}
-    assert devices.format_report(older)  # a report made without the key still formats
+    older = {k: v for k, v in lesson_00.environment_report().items() if k != "course_device"}
+    assert lesson_00.format_report(older)  # a report made without the key still formats
 
 
 def test_report_lists_each_gpu():
-    report = devices.environment_report() | {
+    report = lesson_00.environment_report() | {
         "gpus": [
             {"index": 0, "name": "Tesla T4", "memory_gib": 14.6, "compute_capability": "7.5", "multiprocessors": 40}
         ],
     }
-    assert "GPU 0" in devices.format_report(report)
-    assert "Tesla T4, 14.6 GiB, compute capability 7.5, 40 SMs" in devices.format_report(report)
+    assert "GPU 0" in lesson_00.format_report(report)
+    assert "Tesla T4, 14.6 GiB, compute capability 7.5, 40 SMs" in lesson_00.format_report(report)
 
 
 def test_report_command_runs():
-    out = subprocess.run([sys.executable, "-m", "helpers.devices"], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "lessons.lesson_00"], capture_output=True, text=True, check=True)
     assert "CUDA available" in out.stdout and "pick_device() chooses" in out.stdout
 
 
@@ -209,7 +211,7 @@ def test_gpu_without_kernels_is_refused_with_the_fix(monkeypatch, two_gpus, capa
     monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: arch_list)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "Tesla P100-PCIE-16GB")
-    assert devices._arch_supported(0) is supported
+    assert devices.arch_supported(0) is supported
     if supported:
         assert pick_device() == torch.device("cuda", 0)
         return
@@ -219,24 +221,24 @@ def test_gpu_without_kernels_is_refused_with_the_fix(monkeypatch, two_gpus, capa
 
 
 def test_an_old_torch_or_python_gets_one_message_with_the_install_line():
-    (torch_problem, python_problem) = devices.version_problems("2.7.1+cu126", "3.9.18")
+    (torch_problem, python_problem) = lesson_00.version_problems("2.7.1+cu126", "3.9.18")
     assert "PyTorch 2.7.1+cu126 is older than 2.8" in torch_problem
     assert 'pip install -U "torch>=2.8" "torchvision>=0.23"' in torch_problem
     assert "Python 3.9.18 is older than 3.10" in python_problem
-    assert devices.version_problems("2.8.0+cu128", "3.10.0") == []
-    assert devices.version_problems("2.10.0a0+git1234", "3.13.0") == []
+    assert lesson_00.version_problems("2.8.0+cu128", "3.10.0") == []
+    assert lesson_00.version_problems("2.10.0a0+git1234", "3.13.0") == []
 
 
 def test_the_report_warns_below_the_floor_and_is_silent_above_it():
-    report = devices.environment_report()
-    assert "WARNING" not in devices.format_report(report)
-    assert "WARNING: PyTorch 2.4.1 is older than 2.8" in devices.format_report({**report, "torch": "2.4.1"})
+    report = lesson_00.environment_report()
+    assert "WARNING" not in lesson_00.format_report(report)
+    assert "WARNING: PyTorch 2.4.1 is older than 2.8" in lesson_00.format_report({**report, "torch": "2.4.1"})
 
 
 def test_the_floor_constants_agree_with_requirements_txt():
     text = (Path(__file__).resolve().parent.parent / "requirements.txt").read_text()
-    assert f"torch>={'.'.join(map(str, devices.TORCH_FLOOR))}\n" in text
-    assert f"torchvision>={devices.TORCHVISION_FLOOR}\n" in text
+    assert f"torch>={'.'.join(map(str, lesson_00.TORCH_FLOOR))}\n" in text
+    assert f"torchvision>={lesson_00.TORCHVISION_FLOOR}\n" in text
 
 
 def test_a_bad_course_device_names_the_variable_and_the_fix(monkeypatch):
@@ -373,13 +375,13 @@ def test_nvidia_driver_reads_nvidia_smi_then_proc(monkeypatch) -> None:
 
 
 def test_the_report_says_why_there_is_no_cuda_only_when_there_is_none() -> None:
-    report = devices.environment_report()
+    report = lesson_00.environment_report()
     if torch.cuda.is_available():
-        assert report["why_no_cuda"] is None and "Why no CUDA" not in devices.format_report(report)
+        assert report["why_no_cuda"] is None and "Why no CUDA" not in lesson_00.format_report(report)
     else:
-        assert report["why_no_cuda"] and "Why no CUDA: " in devices.format_report(report)
+        assert report["why_no_cuda"] and "Why no CUDA: " in lesson_00.format_report(report)
     report["why_no_cuda"] = "because."
-    text = devices.format_report(report)
+    text = lesson_00.format_report(report)
     assert text.count("because.") == 1 and "\n\nWhy no CUDA: because." in text  # after the table, not in it
 
 
@@ -406,7 +408,7 @@ def test_cuda_asked_for_in_vain_names_this_machines_reason(monkeypatch, no_gpu, 
 
 
 def test_a_python_below_the_floor_is_named_with_the_fix() -> None:
-    (problem,) = devices.version_problems(torch_version="2.14.1", python_version="3.9.18")
+    (problem,) = lesson_00.version_problems(torch_version="2.14.1", python_version="3.9.18")
     assert problem.startswith("Python 3.9.18 is older than 3.10")
     assert "Fix: make the environment with a newer Python, say `python3.12 -m venv .venv`" in problem
-    assert devices.version_problems(torch_version="2.14.1", python_version="3.10.0") == []
+    assert lesson_00.version_problems(torch_version="2.14.1", python_version="3.10.0") == []

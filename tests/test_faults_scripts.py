@@ -1,5 +1,5 @@
-"""The course's training scripts (helpers.ddp_train through helpers.ddp_train_harness, helpers.elastic_train,
-helpers.fsdp_train) given a bad --out, a checkpoint they cannot resume from, --help, or the temporary file of a save
+"""The course's training scripts (lessons.lesson_07.ddp_train through lessons.lesson_07.harness, helpers.elastic_train,
+lessons.lesson_14) given a bad --out, a checkpoint they cannot resume from, --help, or the temporary file of a save
 that was killed: one line naming the fix and no traceback, before any training."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from helpers.checkpoints import remove_leftovers, save_checkpoint
 from helpers.models import build_model
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ("helpers.ddp_train_harness", "helpers.elastic_train", "helpers.fsdp_train")  # ddp_train through its harness
+SCRIPTS = ("lessons.lesson_07.harness", "helpers.elastic_train", "lessons.lesson_14")  # ddp_train through its harness
 QUICK = ["--synthetic-size", "64", "--device", "cpu"]
 
 
@@ -53,19 +53,19 @@ def test_an_out_that_is_a_file_is_refused_in_one_line(module: str, tmp_path: Pat
 def test_an_out_under_a_file_or_unwritable_is_refused_before_training(tmp_path: Path) -> None:
     (tmp_path / "notes").write_text("x")
     under = tmp_path / "notes" / "run"
-    line = one_line(run_script("helpers.fsdp_train", *QUICK, "--out", str(under)))
+    line = one_line(run_script("lessons.lesson_14", *QUICK, "--out", str(under)))
     assert line.endswith(
         f"cannot be a folder: {tmp_path / 'notes'} is a file. Fix: give a path outside it, or rename that file."
     )
     unwritable = Path("/sys/course_out") if os.geteuid() == 0 else Path("/proc/course_out")
     if sys.platform != "linux":
         pytest.skip("the unwritable folder is one of Linux's")
-    line = one_line(run_script("helpers.fsdp_train", *QUICK, "--steps", "2", "--out", str(unwritable)))
+    line = one_line(run_script("lessons.lesson_14", *QUICK, "--steps", "2", "--out", str(unwritable)))
     assert f"--out {unwritable} cannot be written to (" in line and "Fix: give a folder you can write to." in line
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module", ["helpers.elastic_train", "helpers.fsdp_train"])
+@pytest.mark.parametrize("module", ["helpers.elastic_train", "lessons.lesson_14"])
 def test_help_exits_0_and_a_usage_error_exits_2(module: str) -> None:
     shown = run_script(module, "--help")
     assert shown.returncode == 0, shown.stderr[-3000:]
@@ -87,7 +87,7 @@ def _state(model: str = "mlp", processes: int = 1) -> dict:
 def test_resume_problem_names_another_script_model_or_world_size() -> None:
     mlp = build_model("mlp")
     assert elastic_train.resume_problem(_state(), mlp, 1) is None
-    ddp_style = {"model": mlp.state_dict(), "optimizer": {}, "epoch": 2}  # what helpers.ddp_train saves
+    ddp_style = {"model": mlp.state_dict(), "optimizer": {}, "epoch": 2}  # what lessons.lesson_07.ddp_train saves
     assert "lacks 'schedule', 'step', 'position', 'rng'" in elastic_train.resume_problem(ddp_style, mlp, 1)
     assert "lacks 'model'" in elastic_train.resume_problem(torch.zeros(3), mlp, 1)
     assert "another model's weights" in elastic_train.resume_problem(_state("linear"), mlp, 1)
@@ -105,7 +105,7 @@ def test_another_models_or_another_scripts_checkpoint_is_refused_in_one_line(tmp
     assert line.startswith(f"helpers.elastic_train: cannot resume from {path}: it holds another model's weights")
     assert line.endswith(f"Fix: give another --out to start at step 0, or delete {path}.")
     assert not (tmp_path / elastic_train.LOSSES).exists()  # no step was trained
-    save_checkpoint({"model": build_model("mlp").state_dict(), "epoch": 2}, path)  # helpers.ddp_train's keys
+    save_checkpoint({"model": build_model("mlp").state_dict(), "epoch": 2}, path)  # lessons.lesson_07.ddp_train's keys
     line = one_line(run_script("helpers.elastic_train", *QUICK, "--steps", "4", "--out", str(tmp_path)))
     assert (
         "it lacks 'optimizer', 'schedule', 'step', 'position', 'rng': it was not saved by helpers.elastic_train" in line

@@ -1,4 +1,4 @@
-"""helpers/fsdp_train.py: FSDP2 holds 1/N of the parameters, gradients and optimizer state on each rank, and N sharded
+"""lessons/lesson_14.py: FSDP2 holds 1/N of the parameters, gradients and optimizer state on each rank, and N sharded
 processes take the step of one process on the global batch, or the check says they did not and the script's fix
 (--divide-loss) makes them (torch 2.8 with gloo sums the gradients instead of averaging: pytorch/pytorch#162338)."""
 
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from helpers import distributed
-from helpers.fsdp_train import gradient_rule, gradient_sentence, held_bytes, shard_of, speed_verdict, wide_mlp
+from lessons.lesson_14 import gradient_rule, gradient_sentence, held_bytes, shard_of, speed_verdict, wide_mlp
 
-MODULE = "helpers.fsdp_train"
+MODULE = "lessons.lesson_14"
 
 
 @pytest.mark.parametrize(

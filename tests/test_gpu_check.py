@@ -14,7 +14,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from helpers import speedrun
+from lessons import lesson_11 as speedrun
 from tools import course, gpu_check
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,13 +60,13 @@ def test_the_speedrun_ladder_runs_last_to_the_target_and_the_stretch_target() ->
     steps = gpu_check.plan(FAKE, OUT, python="python3", targets=gpu_check.speedrun_targets())
     runs = [s for s in steps if s.command]
     assert steps[-2:] == runs
-    assert gpu_check.speedrun_targets() == (0.88, 0.94)  # Fashion-MNIST's target and stretch in helpers.speedrun
+    assert gpu_check.speedrun_targets() == (0.88, 0.94)  # Fashion-MNIST's target and stretch in lessons.lesson_11
     for step, target, label in zip(runs, ("0.88", "0.94"), ("speedrun-88", "speedrun-94"), strict=True):
         assert step.title == label
         assert step.command == (
             "python3",
             "-m",
-            "helpers.speedrun",
+            "lessons.lesson_11",
             "--dataset",
             "FashionMNIST",
             "--runs",

@@ -1,4 +1,4 @@
-"""Lesson 09's ladder, helpers.ladder (lesson 08's code, written out in its cells and reused from here): run against
+"""Lesson 09's ladder, lessons.lesson_09 (lesson 08's code, written out in its cells and reused from here): run against
 scripted clocks, it times and decides as lesson 08's cells do; lesson 09's table of it, and the table as executed."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import torch
 from test_lesson08 import Recipe, ScriptedClock, fake_step, stdout_of
 from test_lesson08 import run_try_change as run_cells_try_change
 
-from helpers import ladder, readings, timing
+from helpers import readings, timing
+from lessons import lesson_09 as ladder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +34,7 @@ def scripted_ladder(repeats: int, clock: ScriptedClock) -> ladder.Ladder:
 
 
 def run_try_change(reference_seconds: float, *new_seconds: float) -> tuple[ladder.Ladder, str]:
-    """test_lesson08's run_try_change through helpers.ladder: try_change once per entry of ``new_seconds`` against a
+    """test_lesson08's run_try_change through lessons.lesson_09: try_change once per entry of ``new_seconds`` against a
     baseline first measured at 1 ms per image that takes ``reference_seconds`` a step of 10 in the turns."""
     clock, log = ScriptedClock(), []
     steps = scripted_ladder(5, clock)

@@ -1,5 +1,5 @@
 """Lesson 11's sources: its progress bar comes from the course helper that knows when tqdm's widget can work, and the
-step and the ladder it writes out train and decide as ``python -m helpers.speedrun``'s copies do."""
+step and the ladder it writes out train and decide as ``python -m lessons.lesson_11``'s copies do."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ def lesson_cells(**names) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from helpers import readings, speedrun
+    from helpers import readings
+    from lessons import lesson_11 as speedrun
 
     namespace = {"torch": torch, "F": F, "replace": dataclasses.replace, "speedrun": speedrun, "readings": readings}
     namespace.update(names)
@@ -51,10 +52,11 @@ STEP_CASES = [
 
 @pytest.mark.parametrize(("case", "change", "dtype_name"), STEP_CASES, ids=[c[0] for c in STEP_CASES])
 def test_the_lessons_train_step_gives_the_command_lines_weights_bit_for_bit(case, change, dtype_name):
-    """``python -m helpers.speedrun`` runs the helper's copy of the lesson's step: both must train alike."""
+    """``python -m lessons.lesson_11`` runs the helper's copy of the lesson's step: both must train alike."""
     import torch
 
-    from helpers import models, speedrun
+    from helpers import models
+    from lessons import lesson_11 as speedrun
 
     dtype = getattr(torch, dtype_name) if dtype_name else None
     recipe = speedrun.Recipe(**change)
@@ -76,7 +78,7 @@ def test_the_lessons_train_step_gives_the_command_lines_weights_bit_for_bit(case
 def scripted_attempt(recipe, seed: int, target: float, steps: int = 900):
     """A time to target drawn from the recipe and the seed alone, so two ladders that build the same recipes in the
     same order see the same measurements."""
-    from helpers import speedrun
+    from lessons import lesson_11 as speedrun
 
     seconds = random.Random(f"{dataclasses.astuple(recipe)}{seed}").uniform(1.0, 10.0)
     return speedrun.Attempt(True, seconds, 0.0, 0.0, steps, target, [(seconds, target)])
@@ -85,7 +87,7 @@ def scripted_attempt(recipe, seed: int, target: float, steps: int = 900):
 def test_the_lessons_climb_builds_keeps_and_skips_as_the_command_lines_run_ladder(monkeypatch):
     import torch
 
-    from helpers import speedrun
+    from lessons import lesson_11 as speedrun
 
     cpu = torch.device("cpu")
     data = speedrun.Data(range(60_000), None, "FashionMNIST")

@@ -1,4 +1,4 @@
-"""helpers.parallel: the "module." prefix DataParallel adds to state-dict keys, the split of a batch over GPUs, and
+"""lessons.lesson_06: the "module." prefix DataParallel adds to state-dict keys, the split of a batch over GPUs, and
 the standard error of child processes, and waiting for children so that a failure report names the same one every
 time (lesson 07)."""
 
@@ -18,7 +18,7 @@ from torch import nn
 
 from helpers.distributed import child_stderr, wait_for_exit
 from helpers.models import MLP
-from helpers.parallel import replica_split, strip_module_prefix
+from lessons.lesson_06 import replica_split, strip_module_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
 

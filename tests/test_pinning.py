@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import pinning
+from lessons import lesson_04 as pinning
 
 US = 1e-6
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import pinning
 from helpers.readings import KEPT, NO_CLEAR_DIFFERENCE, SLOWER
+from lessons import lesson_04 as pinning
 
 US = 1e-6
 STEADY_PLAIN = [264 * US, 265 * US, 265 * US, 266 * US, 270 * US]

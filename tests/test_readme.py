@@ -49,8 +49,8 @@ def _parse_helpers_command(module: str, args: list[str], monkeypatch: pytest.Mon
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_only)
     main = importlib.import_module(module).main
-    if module == "helpers.devices":  # takes no arguments
-        assert args == [], f"python -m helpers.devices takes no arguments, got {args}"
+    if module == "lessons.lesson_00":  # takes no arguments
+        assert args == [], f"python -m lessons.lesson_00 takes no arguments, got {args}"
         return
     try:
         main(args)
@@ -95,7 +95,7 @@ def test_every_command_parses(readme: str, command: str, monkeypatch: pytest.Mon
                 assert a.isdigit(), f"{command}: -n takes a number of workers"
                 continue
             assert a.startswith("-") or (ROOT / a).exists(), f"{command}: {a} does not exist"
-    elif program.startswith("python") and args[0] == "-m" and args[1].startswith(("helpers.", "tools.")):
+    elif program.startswith("python") and args[0] == "-m" and args[1].startswith(("helpers.", "lessons.", "tools.")):
         _parse_helpers_command(args[1], args[2:], monkeypatch)
     elif program.startswith("python") and args[0].endswith(".py"):
         assert (ROOT / args[0]).is_file(), command

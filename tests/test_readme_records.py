@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import speedrun
 from helpers.text import format_seconds
+from lessons import lesson_11 as speedrun
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = [

@@ -95,16 +95,18 @@ def test_site_requirements_are_pinned_and_agree_with_the_lock():
 
 
 def test_the_installed_package_is_helpers_without_the_maintainer_tooling():
-    # What Colab and Kaggle install is helpers/ and exercises/ alone: the runner and the launch tool live in tools/,
-    # and no module of either package needs their notebook libraries (nbformat, papermill).
+    # What Colab and Kaggle install is helpers/, lessons/ and exercises/ alone: the runner and the launch tool live in
+    # tools/, and no module of those packages needs their notebook libraries (nbformat, papermill).
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert config["tool"]["setuptools"]["packages"]["find"]["include"] == ["helpers*", "exercises*"]
+    assert config["tool"]["setuptools"]["packages"]["find"]["include"] == ["helpers*", "lessons*", "exercises*"]
     assert "scripts" not in config["project"], "a console script would point learners at maintainer tooling"
     assert (ROOT / "tools" / "course.py").is_file() and (ROOT / "tools" / "launch.py").is_file()
     assert not (ROOT / "helpers" / "course.py").exists() and not (ROOT / "helpers" / "launch.py").exists()
     tooling = {"nbformat", "papermill", "tools"}
-    for path in sorted([*(ROOT / "helpers").glob("*.py"), *(ROOT / "exercises").glob("*.py")]):
+    for path in sorted(
+        [*(ROOT / "helpers").glob("*.py"), *(ROOT / "lessons").rglob("*.py"), *(ROOT / "exercises").glob("*.py")]
+    ):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}

@@ -7,9 +7,10 @@ import math
 import pytest
 import torch
 
-from helpers import models, speedrun
+from helpers import models
 from helpers.readings import KEPT, NO_CLEAR_DIFFERENCE, NOT_REACHED, SLOWER, keep_verdict
-from helpers.speedrun import time_to_accuracy
+from lessons import lesson_11 as speedrun
+from lessons.lesson_11 import time_to_accuracy
 
 
 class FakeRig:

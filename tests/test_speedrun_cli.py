@@ -1,4 +1,4 @@
-"""``python -m helpers.speedrun`` refuses bad input with one clear line, as a user sees it."""
+"""``python -m lessons.lesson_11`` refuses bad input with one clear line, as a user sees it."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import sys
 import pytest
 import torch
 
-from helpers import arguments, speedrun
+from helpers import arguments
+from lessons import lesson_11 as speedrun
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "helpers.speedrun", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "lessons.lesson_11", *args], capture_output=True, text=True, timeout=120
     )
 
 
@@ -38,7 +39,7 @@ def test_bad_target_from_the_command_line():
 
 
 def _refused(capsys, *args: str) -> str:
-    """What ``main`` (the function behind ``python -m helpers.speedrun``) writes as it refuses ``args``."""
+    """What ``main`` (the function behind ``python -m lessons.lesson_11``) writes as it refuses ``args``."""
     with pytest.raises(SystemExit) as exit_:
         speedrun.main(list(args))
     assert exit_.value.code == 2

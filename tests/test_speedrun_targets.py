@@ -9,7 +9,7 @@ import pytest
 import torch
 from speedrun_cli import run_faked
 
-from helpers import speedrun
+from lessons import lesson_11 as speedrun
 
 CUDA = torch.device("cuda")
 CPU = torch.device("cpu")

@@ -10,7 +10,7 @@ import nbformat
 import pytest
 import torch
 
-from helpers import visible_devices
+from lessons import lesson_01 as visible_devices
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 LESSONS = ["01_tensors_on_devices.ipynb", "06_data_parallel.ipynb"]

@@ -1,4 +1,4 @@
-"""The data-pipeline benchmark of lesson 05 (``helpers.bench``) from a terminal; run from the clone's root.
+"""The data-pipeline benchmark of lesson 05 (``lessons.lesson_05``) from a terminal; run from the clone's root.
 
 python -m tools.bench                 # MNIST on the device pick_device() chooses
 python -m tools.bench --quick --dataset FashionMNIST --device cpu
@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import Subset
 
 from helpers import arguments, data, devices, settings
-from helpers.bench import absent_rows, findings, format_table, goal_lines, run_benchmark
+from lessons.lesson_05 import absent_rows, findings, format_table, goal_lines, run_benchmark
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:

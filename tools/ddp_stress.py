@@ -23,7 +23,8 @@ STOPPED = "Stopped by SIGINT"
 """How the one line printed on Ctrl-C starts (exit status 130, as the course runner's)."""
 
 try:  # torch loads here: a Ctrl-C in these seconds is one line too
-    from helpers import ddp_train, distributed
+    from helpers import distributed
+    from lessons.lesson_07 import ddp_train
 except KeyboardInterrupt:
     print(f"{STOPPED} before the first launch.", file=sys.stderr)
     sys.exit(128 + signal.SIGINT)

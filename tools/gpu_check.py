@@ -63,8 +63,8 @@ SPEEDRUN_TIMEOUT = 240.0
 SPEEDRUN_DATASET = "FashionMNIST"
 SPEEDRUN_RUNS = 3
 SPEEDRUN_TARGETS = (0.88, 0.94)
-"""Fashion-MNIST's speedrun target and stretch target as helpers.speedrun defines them (a test holds the two
-together): what --plan shows on a Python without torch, which helpers.speedrun needs."""
+"""Fashion-MNIST's speedrun target and stretch target as lessons.lesson_11 defines them (a test holds the two
+together): what --plan shows on a Python without torch, which lessons.lesson_11 needs."""
 
 QUICK_ON_CUDA = {
     "11": "the full ladder is what the two speedrun steps run, 3 seeds each; here the lesson's cells run on CUDA in "
@@ -111,10 +111,10 @@ def has_gpu_sections(code: str) -> bool:
 
 
 def speedrun_targets() -> tuple[float, ...]:
-    """Fashion-MNIST's speedrun target and its stretch target, as helpers.speedrun defines them (``SPEEDRUN_TARGETS``
+    """Fashion-MNIST's speedrun target and its stretch target, as lessons.lesson_11 defines them (``SPEEDRUN_TARGETS``
     on a Python without torch)."""
     try:
-        from helpers.speedrun import DATASETS
+        from lessons.lesson_11 import DATASETS
     except ModuleNotFoundError as exc:
         if exc.name not in ("torch", "torchvision"):
             raise
@@ -162,7 +162,7 @@ def plan(
         command = (
             python,
             "-m",
-            "helpers.speedrun",
+            "lessons.lesson_11",
             "--dataset",
             SPEEDRUN_DATASET,
             "--runs",

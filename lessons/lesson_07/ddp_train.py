@@ -1,7 +1,7 @@
 """Lesson 07: train a lesson model with DistributedDataParallel, one process per GPU (nccl) or CPU processes (gloo).
 
-    torchrun --standalone --nproc-per-node 2 -m helpers.ddp_train --epochs 2   # two processes, started by torchrun
-    python -m helpers.ddp_train --epochs 2                                      # one process: a world of one
+    torchrun --standalone --nproc-per-node 2 -m lessons.lesson_07.ddp_train --epochs 2  # two processes, by torchrun
+    python -m lessons.lesson_07.ddp_train --epochs 2                                    # one process: a world of one
 
 torchrun gives each process RANK, LOCAL_RANK, WORLD_SIZE and the address where they meet; started without it, the
 script is rank 0 of a world of one (nanoGPT's train.py checks for RANK the same way). Only rank 0 logs and saves.
@@ -35,7 +35,7 @@ from helpers.training import evaluate
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """single_train's options, plus the timeout of a job of several processes."""
-    p = parser("python -m helpers.ddp_train", __doc__.splitlines()[0])
+    p = parser("python -m lessons.lesson_07.ddp_train", __doc__.splitlines()[0])
     p.add_argument("--timeout", type=arguments.seconds, default=60.0, help="seconds a collective may wait (default 60)")
     return p.parse_args(argv)
 

@@ -1,8 +1,8 @@
 """When the model no longer fits: FSDP2 (``fully_shard``) against DDP on the same model, and the same check as lesson
 07's, N sharded processes against one process on the global batch.
 
-    torchrun --standalone --nproc-per-node 2 -m helpers.fsdp_train --wrap fsdp --check
-    torchrun --standalone --nproc-per-node 2 -m helpers.fsdp_train --wrap ddp
+    torchrun --standalone --nproc-per-node 2 -m lessons.lesson_14 --wrap fsdp --check
+    torchrun --standalone --nproc-per-node 2 -m lessons.lesson_14 --wrap ddp
 
 ``fully_shard`` on each linear layer and then on the whole model splits every parameter along its first dimension
 across the ranks of a device mesh: each rank keeps 1/N of the parameters, of their gradients and of the optimizer's
@@ -40,7 +40,7 @@ from helpers.single_train import SUMMARY_FILE, load_data, parser
 
 
 def parse_args(argv: Sequence[str] | None = None):
-    p = parser("python -m helpers.fsdp_train", __doc__.splitlines()[0])
+    p = parser("python -m lessons.lesson_14", __doc__.splitlines()[0])
     p.set_defaults(out="checkpoints/fsdp", batch_size=16, lr=0.05, equivalence_steps=0)  # --check: every step
     p.add_argument("--wrap", choices=("fsdp", "ddp"), default="fsdp", help="shard with FSDP2, or replicate with DDP")
     p.add_argument("--width", type=arguments.positive_int, default=512, help="hidden layers' width (default 512)")
@@ -162,7 +162,7 @@ def gradient_sentence(rule: str, ratio: float, world_size: int, torch_version: s
 @record
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    distributed.check_out_folder(args.out, "helpers.fsdp_train")  # a bad --out: one line with the fix, exit 2
+    distributed.check_out_folder(args.out, "lessons.lesson_14")  # a bad --out: one line with the fix, exit 2
     return distributed.train_in_group(args, train, load_data(args)[0])  # nccl on a GPU of its own, else gloo
 
 

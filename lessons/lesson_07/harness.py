@@ -1,7 +1,7 @@
-"""Lesson 07: helpers/ddp_train.py with the course's checks around it, for the lesson's runs and the tests.
+"""Lesson 07: lessons/lesson_07/ddp_train.py with the course's checks around it, for the lesson's runs and the tests.
 
-    torchrun --standalone --nproc-per-node 2 -m helpers.ddp_train_harness --check-equivalence  # against one process
-    torchrun --standalone --nproc-per-node 2 -m helpers.ddp_train_harness --fail-rank 1        # rank 1 fails
+    torchrun --standalone --nproc-per-node 2 -m lessons.lesson_07.harness --check-equivalence  # against one process
+    torchrun --standalone --nproc-per-node 2 -m lessons.lesson_07.harness --fail-rank 1        # rank 1 fails
 
 It runs ddp_train's own ``setup`` and ``train`` and adds, without a line in that file: a refusal of a bad ``--out`` or
 ``--fail-rank`` before anything starts; ``--check-equivalence`` (helpers/ddp_check.py: rank 0 trains a plain copy on
@@ -29,12 +29,13 @@ from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data import DistributedSampler, TensorDataset
 
-from helpers import arguments, ddp_check, ddp_train, distributed
+from helpers import arguments, ddp_check, distributed
 from helpers.distributed import say
 from helpers.models import build_model
 from helpers.single_train import SUMMARY_FILE, load_data
+from lessons.lesson_07 import ddp_train
 
-PROG = "helpers.ddp_train_harness"
+PROG = "lessons.lesson_07.harness"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -6,7 +6,7 @@ which the test accuracy first reaches the target; evaluation is timed apart and 
 warm-up is timed apart and shown as its own column. The clock and the synchronisation are arguments, so the tests
 drive the measure with a fake clock and a fake model.
 
-Run the ladder outside Jupyter with ``python -m helpers.speedrun --help``.
+Run the ladder outside Jupyter with ``python -m lessons.lesson_11 --help``.
 """
 
 from __future__ import annotations
@@ -831,10 +831,10 @@ def hardware(device: torch.device) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m helpers.speedrun``: run the ladder, print the table, optionally write JSON."""
+    """``python -m lessons.lesson_11``: run the ladder, print the table, optionally write JSON."""
     from helpers.data import DatasetUnavailableError, canonical_name
 
-    parser = argparse.ArgumentParser(prog="python -m helpers.speedrun", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lessons.lesson_11", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N or mps")
     defaults = "; ".join(
         f"{name} {plan.target:.0%}"
@@ -926,7 +926,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 STOPPED = "Stopped by SIGINT before the ladder finished; nothing was written."
-"""The one line ``python -m helpers.speedrun`` ends with on Ctrl-C (exit status 130), as the course runner does."""
+"""The one line ``python -m lessons.lesson_11`` ends with on Ctrl-C (exit status 130), as the course runner does."""
 
 
 def stop_children() -> int:

@@ -208,7 +208,7 @@ def epochs_for_steps(steps: int, batch: int, train_size: int, quick: bool) -> in
 
 
 @dataclass(frozen=True)
-class Recipe:
+class SpeedrunRecipe:
     """Everything a rung trains with. Each rung of the ladder is the last kept recipe with one field changed."""
 
     loader: str = "DataLoader"  # "DataLoader" (ToTensor/Normalize per sample, .to(device) per batch) or "resident"
@@ -317,7 +317,7 @@ def ladder(device: torch.device, quick: bool, data_first: bool = False) -> list[
     ]
 
 
-def skip_reason(recipe: Recipe, device: torch.device, dataset: str | None = None) -> str | None:
+def skip_reason(recipe: SpeedrunRecipe, device: torch.device, dataset: str | None = None) -> str | None:
     """Why ``recipe`` cannot run on ``device`` with ``dataset`` (None if it can)."""
     if (recipe.flips or recipe.test_flips) and dataset in DATASETS and not DATASETS[dataset].mirror_keeps_label:
         return (
@@ -345,14 +345,14 @@ def skip_reason(recipe: Recipe, device: torch.device, dataset: str | None = None
     return None
 
 
-def build_model(recipe: Recipe, device: torch.device, quick: bool) -> nn.Module:
+def model_for_recipe(recipe: SpeedrunRecipe, device: torch.device, quick: bool) -> nn.Module:
     """A fresh model for ``recipe`` on ``device`` (channels_last when the recipe says so)."""
     model = ExamplesNet(width=0.25 if quick else 1.0) if recipe.model == "examples" else sized_network(device, quick)
     model = model.to(device)
     return model.to(memory_format=torch.channels_last) if recipe.mixed_precision else model
 
 
-def autocast_dtype(recipe: Recipe, device: torch.device) -> torch.dtype | None:
+def recipe_autocast_dtype(recipe: SpeedrunRecipe, device: torch.device) -> torch.dtype | None:
     """The type ``recipe`` autocasts to on ``device``: None without mixed precision (or where autocast cannot run);
     otherwise ``devices.autocast_dtype``: on CUDA, fp16 below compute capability 8.0 and bf16 from 8.0."""
     return devices.autocast_dtype(device) if recipe.mixed_precision else None
@@ -363,11 +363,7 @@ def grad_scaler(dtype: torch.dtype | None, device: torch.device) -> torch.amp.Gr
     return torch.amp.GradScaler(device.type) if devices.needs_grad_scaler(dtype) else None
 
 
-def _autocast(device: torch.device, dtype: torch.dtype | None):
-    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
-
-
-def build_optimizer(recipe: Recipe, model: nn.Module, total_steps: int):
+def build_optimizer(recipe: SpeedrunRecipe, model: nn.Module, total_steps: int):
     """The optimizer and the per-step learning-rate schedule of ``recipe``."""
     if recipe.optimizer == "Adadelta+StepLR":  # the example's: lr 1.0, decayed 0.7x per epoch
         opt = torch.optim.Adadelta(model.parameters(), lr=1.0)
@@ -385,7 +381,7 @@ def mirror_half(X: torch.Tensor) -> torch.Tensor:
 
 
 def train_step(
-    recipe: Recipe,
+    recipe: SpeedrunRecipe,
     model: nn.Module,
     X: torch.Tensor,
     y: torch.Tensor,
@@ -393,27 +389,22 @@ def train_step(
     scaler: torch.amp.GradScaler | None,
     dtype: torch.dtype | None,
 ) -> None:
-    """One training step of ``recipe`` on a batch already on the model's device: the flips, channels_last, autocast to
-    ``dtype``, the loss with its label smoothing, then backward and the update, through ``scaler`` where fp16 needs one
-    (it skips a step whose gradients overflowed). The timed steps and the warm-up both call it, so the warm-up loads
-    every kernel the timed steps launch.
-
-    Lesson 11 writes this step out in its own cell and passes it in (``step=``); this is the command line's copy,
-    which tests/test_lesson11.py holds to the lesson's: the same weights after the same steps, for every recipe."""
-    if recipe.flips:
+    """One training step of ``recipe`` on a batch (X, y) already on the model's device. The timed steps and the
+    warm-up both call it, so the warm-up loads every kernel the timed steps launch; lesson 11 prints it."""
+    if recipe.flips:  # rung 6: mirror a random half of the batch, chosen on the device (exercise 4)
         X = mirror_half(X)
-    if recipe.mixed_precision:
+    if recipe.mixed_precision:  # rung 4: the memory layout that 16-bit convolution kernels read
         X = X.contiguous(memory_format=torch.channels_last)
-    with _autocast(X.device, dtype):
-        loss = F.cross_entropy(model(X), y, label_smoothing=recipe.label_smoothing)
+    with torch.autocast(X.device.type, dtype=dtype, enabled=dtype is not None):  # None: float32 throughout
+        loss = F.cross_entropy(model(X), y, label_smoothing=recipe.label_smoothing)  # rung 7 sets the smoothing
     opt.zero_grad(set_to_none=True)
-    if scaler is None:
+    if scaler is None:  # float32 or bfloat16
         loss.backward()
         opt.step()
-        return
-    scaler.scale(loss).backward()
-    scaler.step(opt)
-    scaler.update()
+    else:  # float16: the scaled loss keeps small gradients from rounding to zero; an overflowed step is skipped
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
 
 
 def schedule_step(schedule: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler | None) -> None:
@@ -437,19 +428,15 @@ class Data:
     """``"MNIST"`` or ``"FashionMNIST"``: which rungs suit the data (``skip_reason``); None when unknown."""
 
 
-def batch_size(recipe: Recipe, train_size: int) -> int:
+def batch_size(recipe: SpeedrunRecipe, train_size: int) -> int:
     """The recipe's batch size, capped so that an epoch has at least 8 steps (quick mode's small subset)."""
     return max(1, min(recipe.batch_size, train_size // 8))
 
 
-Step = Callable[..., None]
-"""A training step with ``train_step``'s arguments: (recipe, model, X, y, optimizer, scaler, dtype)."""
-
-
 def training_steps(
-    recipe: Recipe, model: nn.Module, data: Data, device: torch.device, seed: int, step: Step = train_step
+    recipe: SpeedrunRecipe, model: nn.Module, data: Data, device: torch.device, seed: int
 ) -> tuple[Iterator[None], int]:
-    """An iterator that performs one training ``step`` per ``next()``, and its total number of steps."""
+    """An iterator that performs one ``train_step`` per ``next()``, and its total number of steps."""
     size = batch_size(recipe, len(data.train))
     from torch.utils.data import DataLoader
 
@@ -462,7 +449,7 @@ def training_steps(
         loader = DataLoader(data.train, batch_size=size, shuffle=True, generator=generator)
     total = recipe.epochs * len(loader)
     opt, schedule = build_optimizer(recipe, model, total)
-    dtype = autocast_dtype(recipe, device)
+    dtype = recipe_autocast_dtype(recipe, device)
     scaler = grad_scaler(dtype, device)
 
     def steps() -> Iterator[None]:
@@ -470,19 +457,20 @@ def training_steps(
         for _ in range(recipe.epochs):
             for X, y in loader:
                 X, y = X.to(device), y.to(device)  # a no-op for device-resident batches
-                step(recipe, model, X, y, opt, scaler, dtype)
+                train_step(recipe, model, X, y, opt, scaler, dtype)
                 schedule_step(schedule, scaler)
                 yield None
 
     return steps(), total
 
 
-def evaluator(recipe: Recipe, model: nn.Module, data: Data, device: torch.device) -> Callable[[], float]:
+def evaluator(recipe: SpeedrunRecipe, model: nn.Module, data: Data, device: torch.device) -> Callable[[], float]:
     """Test accuracy of ``model`` (with mirrored copies averaged in when the recipe says so)."""
     from helpers.transfer import DeviceResidentLoader
 
     test = DeviceResidentLoader.from_dataset(data.test, device, batch_size=1000, shuffle=False)
-    amp = _autocast(device, autocast_dtype(recipe, device))
+    dtype = recipe_autocast_dtype(recipe, device)
+    amp = torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
 
     def evaluate() -> float:
         model.eval()
@@ -500,9 +488,9 @@ def evaluator(recipe: Recipe, model: nn.Module, data: Data, device: torch.device
 
 
 def warmup_call(
-    recipe: Recipe, model: nn.Module, device: torch.device, batch: int, calls: int = 2, step: Step = train_step
+    recipe: SpeedrunRecipe, model: nn.Module, device: torch.device, batch: int, calls: int = 2
 ) -> Callable[[], None]:
-    """First calls of the recipe's training ``step`` (with its schedule) on a throwaway copy of the model, so one-off
+    """First calls of the recipe's ``train_step`` (with its schedule) on a throwaway copy of the model, so one-off
     costs are paid and timed apart."""
 
     def warmup() -> None:
@@ -510,34 +498,33 @@ def warmup_call(
         opt, schedule = build_optimizer(recipe, twin, total_steps=calls)
         X = torch.randn(batch, 1, 28, 28, device=device)
         y = torch.randint(0, 10, (batch,), device=device)
-        dtype = autocast_dtype(recipe, device)
+        dtype = recipe_autocast_dtype(recipe, device)
         scaler = grad_scaler(dtype, device)
         for _ in range(calls):
-            step(recipe, twin, X, y, opt, scaler, dtype)
+            train_step(recipe, twin, X, y, opt, scaler, dtype)
             schedule_step(schedule, scaler)
 
     return warmup
 
 
 def run_recipe(
-    recipe: Recipe,
+    recipe: SpeedrunRecipe,
     data: Data,
     device: torch.device,
     target: float,
     seed: int,
     quick: bool,
     evals_per_epoch: int = 4,
-    step: Step = train_step,
 ) -> Attempt:
-    """Train ``recipe`` once from ``seed`` with the training ``step`` and time it to ``target`` test accuracy
+    """Train ``recipe`` once from ``seed`` with ``train_step`` and time it to ``target`` test accuracy
     (``QUICK_EPOCHS`` x the budget in quick mode)."""
     if quick:
         recipe = dataclasses.replace(recipe, epochs=recipe.epochs * QUICK_EPOCHS)
     torch.manual_seed(seed)
-    model = build_model(recipe, device, quick)
-    steps, total = training_steps(recipe, model, data, device, seed, step)
+    model = model_for_recipe(recipe, device, quick)
+    steps, total = training_steps(recipe, model, data, device, seed)
     eval_every = max(1, math.ceil(total / recipe.epochs / evals_per_epoch))
-    warmup = warmup_call(recipe, model, device, batch_size(recipe, len(data.train)), step=step)
+    warmup = warmup_call(recipe, model, device, batch_size(recipe, len(data.train)))
     return time_to_accuracy(
         steps,
         evaluator(recipe, model, data, device),
@@ -597,16 +584,16 @@ class LoaderShare:
 
 
 def measure_loader_share(
-    data: Data, device: torch.device, quick: bool, repeats: int = 10, seed: int = 0, step: Step = train_step
+    data: Data, device: torch.device, quick: bool, repeats: int = 10, seed: int = 0
 ) -> LoaderShare:
     """Time the baseline recipe's step in two parts on ``device`` (``timing.time_on_device``: medians of ``repeats``
     after a warm-up, as lesson 05 splits a step): its DataLoader making one batch and the copy of it to the device,
-    then one training ``step`` of a fresh baseline model on a batch already on the device."""
+    then one ``train_step`` of a fresh baseline model on a batch already on the device."""
     from torch.utils.data import DataLoader
 
-    recipe = Recipe()
+    recipe = SpeedrunRecipe()
     torch.manual_seed(seed)
-    model = build_model(recipe, device, quick)
+    model = model_for_recipe(recipe, device, quick)
     opt, _ = build_optimizer(recipe, model, total_steps=1)
     loader = DataLoader(
         data.train,
@@ -624,7 +611,7 @@ def measure_loader_share(
     X, y = (t.to(device) for t in next(batches))
 
     model.train()
-    train = time_on_device(lambda: step(recipe, model, X, y, opt, None, None), device, repeats=repeats, warmup=2)
+    train = time_on_device(lambda: train_step(recipe, model, X, y, opt, None, None), device, repeats=repeats, warmup=2)
     return LoaderShare(feed.median, train.median)
 
 
@@ -635,7 +622,7 @@ def measure_loader_share(
 @dataclass
 class RungResult:
     rung: Rung
-    recipe: Recipe
+    recipe: SpeedrunRecipe
     attempts: list[Attempt]
     verdict: str
     skipped: str | None = None
@@ -659,7 +646,7 @@ class RungResult:
         }
 
 
-def run_ladder(
+def climb(
     data: Data,
     device: torch.device,
     target: float,
@@ -669,21 +656,18 @@ def run_ladder(
     run: Callable[..., Attempt] = run_recipe,
     progress: Callable[[str, int], None] = lambda name, runs: None,
 ) -> list[RungResult]:
-    """Run every rung for every seed. A rung changes the last *kept* recipe, and is kept only when it beats it; a rung
-    the device or the dataset (``data.name``) cannot use is skipped with the reason. A rung with ``epochs_from_kept``
-    gets the budget ``budget_like`` gives it. Without ``rungs``, the ladder in its network-first order.
+    """Every rung for every seed, each built on the last kept recipe and kept only when it beats that recipe.
 
-    Lesson 11 writes this loop out as ``climb``; this is the command line's copy, which tests/test_lesson11.py holds to
-    the lesson's: the same recipes, verdicts and comparisons on the same measurements."""
+    ``run`` trains one seed and times it to the target (``run_recipe``); ``progress(rung name, runs)`` hears of
+    every run done. Without ``rungs``, the ladder in its network-first order."""
     results: list[RungResult] = []
     kept: RungResult | None = None
-    dataset = getattr(data, "name", None)
     for rung in rungs if rungs is not None else ladder(device, quick):
-        recipe = dataclasses.replace(kept.recipe if kept else Recipe(), **rung.change)
-        if rung.epochs_from_kept and kept is not None:
+        recipe = dataclasses.replace(kept.recipe if kept else SpeedrunRecipe(), **rung.change)  # one change
+        if rung.epochs_from_kept and kept:  # the one-cycle rung: as many steps as the kept rung took
             recipe = budget_like(kept, recipe, len(data.train), quick)
-        reason = skip_reason(recipe, device, dataset)
-        if reason:
+        reason = skip_reason(recipe, device, getattr(data, "name", None))
+        if reason:  # the device or the dataset cannot use this rung
             results.append(RungResult(rung, recipe, [], SKIPPED, skipped=reason))
             progress(rung.name, len(seeds))
             continue
@@ -691,19 +675,17 @@ def run_ladder(
         for seed in seeds:
             attempts.append(run(recipe, data, device, target, seed, quick))
             progress(rung.name, 1)
-        result = RungResult(rung, recipe, attempts, "baseline")
-        if kept is None:
-            kept = result
-        else:
-            result.verdict = keep_verdict(kept.times, result.times)  # every run beat every run of the kept rung
+        result = RungResult(rung, recipe, attempts, verdict="baseline")
+        if kept is not None:  # every seed must beat every seed of the kept rung
+            result.verdict = keep_verdict(kept.times, result.times)
             result.compared_with = kept.rung.name
-            if result.verdict == KEPT:
-                kept = result
+        if kept is None or result.verdict == KEPT:
+            kept = result
         results.append(result)
     return results
 
 
-def budget_like(kept: RungResult, recipe: Recipe, train_size: int, quick: bool) -> Recipe:
+def budget_like(kept: RungResult, recipe: SpeedrunRecipe, train_size: int, quick: bool) -> SpeedrunRecipe:
     """``recipe`` with the fewest epochs that give it as many steps as ``kept`` took in its slowest seed
     (``epochs_for_steps``): the one-cycle rung's budget."""
     if not kept.attempts:
@@ -801,7 +783,7 @@ def plot_ladder(results: Sequence[RungResult], target: float, ax=None):
 # Data and the command line
 
 
-def load_data(dataset: str, quick: bool, verbose: bool = False) -> Data:
+def load_splits(dataset: str, quick: bool, verbose: bool = False) -> Data:
     """The dataset's train and test splits; quick mode keeps a fixed random 1,024 training and 256 test images."""
     from torch.utils.data import Subset
 
@@ -879,7 +861,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         now(f"loading {dataset}")
         try:
-            data = load_data(dataset, args.quick)
+            data = load_splits(dataset, args.quick)
         except DatasetUnavailableError as exc:
             bar.close()
             print(f"error: {exc}", file=sys.stderr)
@@ -891,7 +873,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rungs = ladder(device, args.quick, data_first=split.data_first)
         bar.total = len(rungs) * len(seeds)
 
-        def run(recipe: Recipe, data: Data, device: torch.device, target: float, seed: int, quick: bool) -> Attempt:
+        def run(
+            recipe: SpeedrunRecipe, data: Data, device: torch.device, target: float, seed: int, quick: bool
+        ) -> Attempt:
             rung = rungs[min(bar.n // len(seeds), len(rungs) - 1)]  # a skipped rung counts all its seeds at once
             now(f"{rung.name[:30]}, seed {seed}")
             return run_recipe(recipe, data, device, target, seed, quick)
@@ -899,7 +883,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         def tick(name: str, runs: int) -> None:
             bar.update(runs)
 
-        results = run_ladder(data, device, target, seeds, args.quick, rungs, run=run, progress=tick)
+        results = climb(data, device, target, seeds, args.quick, rungs, run=run, progress=tick)
     finally:
         bar.close()
     print(

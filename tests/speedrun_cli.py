@@ -21,11 +21,11 @@ def run_faked(
     def fake_ladder(data, device, target, seeds, quick, rungs, run=None, progress=None):
         seen.update(target=target, dataset=data.name, rungs=[r.name for r in rungs])
         attempt = speedrun.Attempt(True, 1.0, 0.0, 0.0, 1, target, [(1.0, target)])
-        return [speedrun.RungResult(rungs[0], speedrun.Recipe(), [attempt] * len(seeds), "baseline")]
+        return [speedrun.RungResult(rungs[0], speedrun.SpeedrunRecipe(), [attempt] * len(seeds), "baseline")]
 
-    monkeypatch.setattr(speedrun, "load_data", lambda name, quick: speedrun.Data(None, None, name))
+    monkeypatch.setattr(speedrun, "load_splits", lambda name, quick: speedrun.Data(None, None, name))
     monkeypatch.setattr(speedrun, "measure_loader_share", lambda data, device, quick: speedrun.LoaderShare(*share))
-    monkeypatch.setattr(speedrun, "run_ladder", fake_ladder)
+    monkeypatch.setattr(speedrun, "climb", fake_ladder)
     out = tmp_path / "record.json"
     assert speedrun.main([*args, "--device", "cpu", "--no-progress", "--json", str(out)]) == 0
     return seen, json.loads(out.read_text())

@@ -146,7 +146,7 @@ def test_each_rung_changes_one_thing_and_the_ladder_builds_on_kept_rungs(device,
     import torch
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))  # a T4, for "cuda"
-    fields = set(speedrun.Recipe.__dataclass_fields__)
+    fields = set(speedrun.SpeedrunRecipe.__dataclass_fields__)
     rungs = speedrun.ladder(torch.device(device), quick, data_first=data_first)
     assert [r.name.split()[0] for r in rungs] == [str(i) for i in range(len(rungs))]
     for rung in rungs[1:]:
@@ -166,7 +166,7 @@ def test_the_one_cycle_rung_plans_its_batch_for_the_device(monkeypatch):
     for device in (cpu, cuda):
         change = next(r.change for r in speedrun.ladder(device, False) if r.change.get("optimizer") == "SGD+OneCycle")
         assert change == speedrun.one_cycle_plan(device, False)
-        assert change["batch_size"] > speedrun.Recipe().batch_size
+        assert change["batch_size"] > speedrun.SpeedrunRecipe().batch_size
 
 
 def test_the_sized_network_follows_the_device():
@@ -192,7 +192,7 @@ def _attempt(seconds: float, reached: bool = True) -> speedrun.Attempt:
     return speedrun.Attempt(reached, seconds, 0.1, 0.2, 10, 0.9 if reached else 0.5, [(seconds, 0.9)])
 
 
-def test_run_ladder_keeps_only_what_pays_and_changes_the_last_kept_recipe():
+def test_climb_keeps_only_what_pays_and_changes_the_last_kept_recipe():
     import torch
 
     ladder = [
@@ -210,7 +210,7 @@ def test_run_ladder_keeps_only_what_pays_and_changes_the_last_kept_recipe():
         seen.append((key, recipe))
         return _attempt(times[key][seed])
 
-    results = speedrun.run_ladder(None, torch.device("cpu"), 0.9, [0, 1], False, ladder, run=fake_run)
+    results = speedrun.climb(None, torch.device("cpu"), 0.9, [0, 1], False, ladder, run=fake_run)
     assert [r.verdict for r in results] == ["baseline", KEPT, NO_CLEAR_DIFFERENCE, KEPT]
     last = [recipe for key, recipe in seen if key == "3 faster again"][0]
     assert last.loader == "resident" and last.label_smoothing == 0.0  # built on rung 1, not on the rejected rung 2
@@ -223,21 +223,21 @@ def test_run_ladder_keeps_only_what_pays_and_changes_the_last_kept_recipe():
 def test_a_rung_the_device_cannot_run_is_skipped_with_its_reason():
     import torch
 
-    reason = speedrun.skip_reason(speedrun.Recipe(mixed_precision=True), torch.device("cpu"))
+    reason = speedrun.skip_reason(speedrun.SpeedrunRecipe(mixed_precision=True), torch.device("cpu"))
     assert reason and "CUDA" in reason
-    assert speedrun.skip_reason(speedrun.Recipe(), torch.device("cpu")) is None
+    assert speedrun.skip_reason(speedrun.SpeedrunRecipe(), torch.device("cpu")) is None
 
 
 def test_a_fused_rung_on_a_recipe_without_sgd_is_skipped_with_the_reason():
     import torch
 
     cpu = torch.device("cpu")
-    reason = speedrun.skip_reason(speedrun.Recipe(fused=True), cpu)  # the baseline's Adadelta: nothing to fuse
+    reason = speedrun.skip_reason(speedrun.SpeedrunRecipe(fused=True), cpu)  # the baseline's Adadelta: nothing to fuse
     assert reason is not None and "Adadelta" in reason
-    assert speedrun.skip_reason(speedrun.Recipe(optimizer="SGD+OneCycle"), cpu) is None
+    assert speedrun.skip_reason(speedrun.SpeedrunRecipe(optimizer="SGD+OneCycle"), cpu) is None
 
 
-def test_the_warm_up_runs_the_recipes_own_step():
+def test_the_warm_up_runs_the_recipes_own_step(monkeypatch):
     """The warm-up must launch what the timed steps launch (flips, label smoothing, the schedule), or their first-call
     costs land inside the record."""
     seen = []
@@ -246,7 +246,8 @@ def test_the_warm_up_runs_the_recipes_own_step():
         seen.append(recipe)
         opt.step()
 
-    recipe = speedrun.Recipe(optimizer="SGD+OneCycle", flips=True, label_smoothing=0.1)
+    recipe = speedrun.SpeedrunRecipe(optimizer="SGD+OneCycle", flips=True, label_smoothing=0.1)
     model = models.MLP(8)
-    speedrun.warmup_call(recipe, model, torch.device("cpu"), batch=4, calls=2, step=fake_step)()
+    monkeypatch.setattr(speedrun, "train_step", fake_step)
+    speedrun.warmup_call(recipe, model, torch.device("cpu"), batch=4, calls=2)()
     assert seen == [recipe, recipe]

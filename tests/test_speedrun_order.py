@@ -133,7 +133,7 @@ def _ladder_with_steps(steps_by_rung: dict[str, list[int]], quick: bool = False,
         steps = steps_by_rung.get(rungs[done[0] // 2].name, [100, 100])[seed]
         return _attempt(float(next(clock)), steps)
 
-    results = speedrun.run_ladder(
+    results = speedrun.climb(
         speedrun.Data(range(train_size), None, "FashionMNIST"),
         CPU,
         0.88,
@@ -179,7 +179,7 @@ def test_the_one_cycle_budget_does_not_depend_on_the_device_kind(monkeypatch):
             seen.append(recipe)
             return _attempt(10.0 - len(seen), 940)
 
-        speedrun.run_ladder(speedrun.Data(range(60_000), None, None), device, 0.88, [0], False, rungs, run=fake_run)
+        speedrun.climb(speedrun.Data(range(60_000), None, None), device, 0.88, [0], False, rungs, run=fake_run)
         budgets.append(seen[-1].epochs)
     assert budgets == [8, 8]
 
@@ -188,9 +188,9 @@ def test_the_one_cycle_budget_does_not_depend_on_the_device_kind(monkeypatch):
 
 
 def test_test_time_flips_run_only_on_a_recipe_trained_with_flips():
-    reason = speedrun.skip_reason(speedrun.Recipe(test_flips=True), CPU, "FashionMNIST")
+    reason = speedrun.skip_reason(speedrun.SpeedrunRecipe(test_flips=True), CPU, "FashionMNIST")
     assert reason and "never trained on mirrored images" in reason
-    assert speedrun.skip_reason(speedrun.Recipe(flips=True, test_flips=True), CPU, "FashionMNIST") is None
+    assert speedrun.skip_reason(speedrun.SpeedrunRecipe(flips=True, test_flips=True), CPU, "FashionMNIST") is None
 
 
 def test_in_the_ladder_test_time_flips_follow_the_flip_rungs_verdict():
@@ -202,7 +202,7 @@ def test_in_the_ladder_test_time_flips_follow_the_flip_rungs_verdict():
             slow = recipe.flips and not kept_flips  # the flip rung is slower, so not kept
             return _attempt(100.0 if slow else 10.0 - len(calls) * 0.1, 10)
 
-        results = speedrun.run_ladder(
+        results = speedrun.climb(
             speedrun.Data(range(60_000), None, "FashionMNIST"), CPU, 0.88, [0], False, run=fake_run
         )
         return results[-1], calls
@@ -237,7 +237,7 @@ def test_the_ladder_plots_legend_sits_outside_the_axes():
     results = [
         speedrun.RungResult(
             speedrun.Rung(f"{i} rung", {}, "m"),
-            speedrun.Recipe(),
+            speedrun.SpeedrunRecipe(),
             [speedrun.Attempt(True, 5.0, 0.0, 0.0, 10, 0.89, history)],
             "baseline",
         )

@@ -48,9 +48,9 @@ def _fake_run(calls):
 
 @pytest.mark.parametrize("quick", [False, True])
 def test_the_flip_rungs_do_not_run_on_mnist(quick):
-    calls: list[speedrun.Recipe] = []
+    calls: list[speedrun.SpeedrunRecipe] = []
     data = speedrun.Data(range(60_000), None, "MNIST")  # a length for the one-cycle rung's budget
-    results = speedrun.run_ladder(data, CPU, 0.99, [0], quick, run=_fake_run(calls))
+    results = speedrun.climb(data, CPU, 0.99, [0], quick, run=_fake_run(calls))
     flips = [r for r in results if r.rung.change.get("flips") or r.rung.change.get("test_flips")]
     assert len(flips) == 2
     for r in flips:
@@ -61,8 +61,8 @@ def test_the_flip_rungs_do_not_run_on_mnist(quick):
 
 
 def test_the_flip_rungs_run_on_fashion_mnist():
-    calls: list[speedrun.Recipe] = []
-    results = speedrun.run_ladder(
+    calls: list[speedrun.SpeedrunRecipe] = []
+    results = speedrun.climb(
         speedrun.Data(range(60_000), None, "FashionMNIST"), CPU, 0.88, [0], False, run=_fake_run(calls)
     )
     flips = [r for r in results if r.rung.change.get("flips") or r.rung.change.get("test_flips")]
@@ -70,12 +70,12 @@ def test_the_flip_rungs_run_on_fashion_mnist():
     assert any(recipe.flips for recipe in calls) and any(recipe.test_flips for recipe in calls)
 
 
-def test_load_data_names_its_dataset(monkeypatch):
+def test_load_splits_names_its_dataset(monkeypatch):
     import helpers.data
 
     monkeypatch.setattr(helpers.data, "load_dataset", lambda name, train, verbose=False: list(range(8)))
-    assert speedrun.load_data("fashion-mnist", quick=False).name == "FashionMNIST"
-    assert speedrun.load_data("MNIST", quick=False).name == "MNIST"
+    assert speedrun.load_splits("fashion-mnist", quick=False).name == "FashionMNIST"
+    assert speedrun.load_splits("MNIST", quick=False).name == "MNIST"
 
 
 @pytest.mark.filterwarnings("ignore:torch.cuda.amp.GradScaler is enabled, but CUDA is not available")
@@ -90,9 +90,9 @@ def test_load_data_names_its_dataset(monkeypatch):
 )
 def test_the_precision_rung_follows_the_compute_capability(capability, gpu, dtype, scaled):
     capability(gpu)
-    recipe = speedrun.Recipe(mixed_precision=True)
-    assert speedrun.autocast_dtype(recipe, CUDA) is dtype
-    scaler = speedrun.grad_scaler(speedrun.autocast_dtype(recipe, CUDA), CUDA)
+    recipe = speedrun.SpeedrunRecipe(mixed_precision=True)
+    assert speedrun.recipe_autocast_dtype(recipe, CUDA) is dtype
+    scaler = speedrun.grad_scaler(speedrun.recipe_autocast_dtype(recipe, CUDA), CUDA)
     assert isinstance(scaler, torch.amp.GradScaler) if scaled else scaler is None
     rung = next(r for r in speedrun.ladder(CUDA, quick=False) if r.change.get("mixed_precision"))
     short = "fp16" if dtype is torch.float16 else "bf16"
@@ -104,12 +104,12 @@ def test_the_precision_rung_follows_the_compute_capability(capability, gpu, dtyp
 
 def test_without_the_rung_there_is_no_autocast_and_no_scaler(capability):
     capability("T4")
-    assert speedrun.autocast_dtype(speedrun.Recipe(), CUDA) is None
+    assert speedrun.recipe_autocast_dtype(speedrun.SpeedrunRecipe(), CUDA) is None
     assert speedrun.grad_scaler(None, CUDA) is None
 
 
 def test_the_precision_rung_is_skipped_off_cuda_without_claiming_tensor_cores():
-    reason = speedrun.skip_reason(speedrun.Recipe(mixed_precision=True), CPU)
+    reason = speedrun.skip_reason(speedrun.SpeedrunRecipe(mixed_precision=True), CPU)
     assert reason and "CUDA GPUs only" in reason and "tensor cores" not in reason
 
 
@@ -143,7 +143,7 @@ def test_an_fp16_recipe_trains_through_the_grad_scaler(monkeypatch):
         return real_update(self, *args, **kwargs)
 
     monkeypatch.setattr(torch.amp.GradScaler, "update", counting_update)
-    recipe = speedrun.Recipe(
+    recipe = speedrun.SpeedrunRecipe(
         loader="resident", optimizer="SGD+OneCycle", batch_size=32, model="sized", mixed_precision=True, epochs=1
     )
     attempt = speedrun.run_recipe(recipe, _tiny_data(), CPU, target=1.01, seed=0, quick=True)
@@ -161,7 +161,7 @@ def test_a_bf16_recipe_uses_no_scaler(monkeypatch):
         raise AssertionError("a GradScaler was built for bf16")
 
     monkeypatch.setattr(torch.amp, "GradScaler", no_scaler)
-    recipe = speedrun.Recipe(loader="resident", batch_size=32, model="sized", mixed_precision=True, epochs=1)
+    recipe = speedrun.SpeedrunRecipe(loader="resident", batch_size=32, model="sized", mixed_precision=True, epochs=1)
     attempt = speedrun.run_recipe(recipe, _tiny_data(), CPU, target=1.01, seed=0, quick=True)
     assert attempt.steps > 0
 

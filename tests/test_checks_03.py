@@ -64,6 +64,15 @@ def test_buffers_move_leaves_the_answer_alone():
 
 
 def test_load_on_cpu_reference(tmp_path):
+    torch.manual_seed(0)
+    model = CNN()
+    torch.save(model.state_dict(), tmp_path / "cnn.pt")
+    fresh = CNN()
+    fresh.load_state_dict(torch.load(tmp_path / "cnn.pt", map_location="cpu", weights_only=True))
+    assert CHECKERS["03_load_on_cpu"](fresh, model) is True
+
+
+def test_load_on_cpu_accepts_the_course_helpers(tmp_path):
     from helpers.checkpoints import load_checkpoint, save_checkpoint
 
     torch.manual_seed(0)

@@ -1,5 +1,5 @@
-"""CUDA_VISIBLE_DEVICES, which a process reads once, when CUDA starts (lesson 01): a fresh Python process to show it
-in, and what that process's answers mean."""
+"""Lesson 01's own code: a fresh Python process to show CUDA_VISIBLE_DEVICES in (a process reads it once, when CUDA
+starts), what that process's answers mean, and the figure of the copy benchmark."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
+
+import matplotlib.pyplot as plt
+
+from helpers.plotting import new_axes
 
 
 def child_output(code: str, env: Mapping[str, str | None] | None = None, timeout: float = 300.0) -> str:
@@ -53,3 +57,18 @@ def hiding_outcome(machine_gpus: int, count: int, tensor_on: str | None) -> str:
     if count == 0:
         return f"NOT hidden: device_count() said 0, yet a tensor still landed on {tensor_on}"
     return f"NOT hidden: device_count() said {count}, and a tensor landed on {tensor_on}"
+
+
+def plot_copy_bandwidth(
+    sizes_bytes: list[int], gb_per_s: dict[str, list[float]], title: str = "Copy bandwidth", ax: plt.Axes | None = None
+) -> plt.Axes:
+    """Bandwidth (GB/s) against copy size (MiB, log scale), one line per kind of copy ("pageable", "pinned")."""
+    ax = new_axes(ax)
+    mib = [s / 2**20 for s in sizes_bytes]
+    for label, values in gb_per_s.items():
+        ax.plot(mib, values, marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="copy size (MiB)", ylabel="bandwidth (GB/s)", ylim=(0, None), title=title)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return ax

@@ -1,6 +1,6 @@
-"""lessons.lesson_06: the "module." prefix DataParallel adds to state-dict keys, the split of a batch over GPUs, and
-the standard error of child processes, and waiting for children so that a failure report names the same one every
-time (lesson 07)."""
+"""lessons.lesson_06: the "module." prefix DataParallel adds to state-dict keys, the split of a batch over GPUs, the
+lesson's figure of step times, and the standard error of child processes, and waiting for children so that a failure
+report names the same one every time (lesson 07)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,30 @@ import pytest
 import torch
 from torch import nn
 
-from helpers.distributed import child_stderr, wait_for_exit
+from helpers.distributed import wait_for_exit
 from helpers.models import MLP
-from lessons.lesson_06 import replica_split, strip_module_prefix
+from lessons.lesson_06 import plot_step_times, replica_split, strip_module_prefix
+from lessons.lesson_07 import child_stderr
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_step_times_figure_draws_one_labelled_bar_per_setup_in_milliseconds_first_on_top() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ax = plot_step_times({"1 GPU": 0.004, "DataParallel, 2 GPUs": 0.0025}, title="CNN training step")
+    try:
+        widths = [bar.get_width() for bar in ax.patches]
+        assert widths == pytest.approx([4.0, 2.5])
+        assert [t.get_text() for t in ax.texts] == ["4.0 ms", "2.5 ms"]
+        assert [t.get_text() for t in ax.get_yticklabels()] == ["1 GPU", "DataParallel, 2 GPUs"]
+        assert ax.yaxis_inverted() and ax.get_title() == "CNN training step"
+        assert ax.get_xlim()[1] == pytest.approx(5.0)  # room for the labels beyond the longest bar
+    finally:
+        plt.close(ax.figure)
 
 
 def test_strips_only_a_leading_prefix() -> None:
@@ -83,12 +102,28 @@ def _lesson06_data_parallel(gpu_ids: list[int]):
     return namespace["data_parallel"]
 
 
+@pytest.mark.parametrize(
+    ("device", "current", "expected"),
+    [("cpu", 0, []), ("meta", 0, []), ("cuda", 0, [0, 1, 2]), ("cuda", 2, [2, 0, 1]), ("cuda:1", 0, [1, 0, 2])],
+)
+def test_lesson06_lists_every_cuda_gpu_its_own_first_and_none_off_cuda(monkeypatch, device, current, expected) -> None:
+    """Lesson 06's ``gpu_ids`` cell on a faked machine with three CUDA GPUs."""
+    import nbformat
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
+    nb = nbformat.read(ROOT / "notebooks" / "06_data_parallel.ipynb", as_version=4)
+    namespace = {"torch": torch, "device": torch.device(device)}
+    exec(next(c.source for c in nb.cells if c.get("id") == "c06"), namespace)
+    assert namespace["gpu_ids"] == expected
+
+
 def test_lesson06_keeps_dataparallel_off_the_gpus_when_the_lesson_runs_on_the_cpu(monkeypatch) -> None:
     taken = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a machine with CUDA GPUs
     monkeypatch.setattr(nn.DataParallel, "__init__", lambda self, *a, **k: taken.append(a))  # would take them
     model = MLP()
-    wrapper = _lesson06_data_parallel([])(model)  # the lesson runs on the CPU: devices.gpu_ids gave []
+    wrapper = _lesson06_data_parallel([])(model)  # the lesson runs on the CPU: its gpu_ids are []
     assert taken == [] and isinstance(wrapper, nn.DataParallel) and wrapper.module is model
     assert wrapper.device_ids == [] and next(model.parameters()).device.type == "cpu"
     X = torch.randn(3, 1, 28, 28)

@@ -64,7 +64,7 @@ def check_device_loader(
     from torch.utils.data import DataLoader
 
     device = torch.device(device)
-    fix = "wrap it: DeviceDataLoader(loader, device)"
+    fix = "wrap it: a class whose __len__ is len(loader) and whose __iter__ yields each batch moved, X.to(device)"
     with learner_code(f"on_device(loader, {device}) raised "):
         wrapped = on_device(loader, device)
     if wrapped is loader:

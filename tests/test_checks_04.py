@@ -50,11 +50,7 @@ def _loader() -> DataLoader:
     return DataLoader(TensorDataset(torch.randn(10, 1, 28, 28), torch.arange(10)), batch_size=4)
 
 
-def on_device(loader, device):  # the reference
-    return DeviceDataLoader(loader, device)
-
-
-class MovesBatches:  # a wrapper written by hand, passed as the class itself
+class MovesBatches:  # the wrapper of the reference, written in plain PyTorch
     def __init__(self, loader, device):
         self.loader, self.device = loader, device
 
@@ -64,6 +60,10 @@ class MovesBatches:  # a wrapper written by hand, passed as the class itself
 
     def __len__(self):
         return len(self.loader)
+
+
+def on_device(loader, device):  # the reference
+    return MovesBatches(loader, device)
 
 
 class MovesImagesOnly(MovesBatches):
@@ -80,7 +80,8 @@ class HandsBatchesOn(MovesBatches):  # has the loader's length, moves nothing
 def test_device_loader_accepts_right_answers(capsys):
     check = CHECKERS["04_device_loader"]
     loader = _loader()
-    for right in (on_device, DeviceDataLoader, MovesBatches, lambda loader, device: to_device_loader(loader, device)):
+    # the reference, the class passed as itself, and the course's helper (with keywords) written differently
+    for right in (on_device, MovesBatches, DeviceDataLoader, lambda loader, device: to_device_loader(loader, device)):
         assert check(right, loader, CPU) is True
         assert check(right, loader, META) is True
     assert capsys.readouterr().out.count("[pass]") == 8
@@ -116,7 +117,9 @@ def test_device_loader_rejects_other_wrong_answers(capsys):
     assert check(None, loader, CPU) is False
     assert "[waiting]" in capsys.readouterr().out
     assert check(lambda loader, device: loader, loader, CPU) is False  # not wrapped
-    assert "DeviceDataLoader" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "the loader itself" in out and "__iter__ yields each batch moved" in out  # the fix, in plain PyTorch
+    assert "DeviceDataLoader" not in out
     assert check(DeviceDataLoader(loader, CPU), loader, CPU) is False  # the wrapper, not a function that makes it
     assert check(lambda loader, device: DeviceDataLoader(loader, CPU), loader, META) is False  # wrong device
     assert check(lambda loader, device: DeviceDataLoader(_loader_of(5), device), loader, CPU) is False  # other length

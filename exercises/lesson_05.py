@@ -111,19 +111,19 @@ def check_resident_batches(epoch_batches: Callable | None, device: torch.device)
 
 
 def _best_change_name(best_change: Any, results: list, task: str) -> str:
-    from lessons import lesson_05 as bench
+    from lessons import lesson_05
 
-    return f"the change that paid most ({bench.TASK_TITLES[task]})"
+    return f"the change that paid most ({lesson_05.TASK_TITLES[task]})"
 
 
 @exercise("05_best_change", _best_change_name)
 def check_best_change(best_change: str | None, results: list, task: str = "cnn") -> str | None:
-    """The pipeline (a name in ``bench.PIPELINES``) whose one change raised ``task``'s images per second most against
-    the row it changes from, in this run's ``results``."""
+    """The pipeline (a name in ``lesson_05.PIPELINES``) whose one change raised ``task``'s images per second most
+    against the row it changes from, in this run's ``results``."""
     from helpers.text import ratio_text
-    from lessons import lesson_05 as bench
+    from lessons import lesson_05
 
-    ratios = {p: c.speedup for (p, t), c in bench.row_comparisons(results).items() if t == task}
+    ratios = {p: c.speedup for (p, t), c in lesson_05.row_comparisons(results).items() if t == task}
     if best_change not in ratios:
         return f"answer with the pipeline name of a row that changes one thing: one of {', '.join(map(repr, ratios))}"
     best = max(ratios, key=ratios.__getitem__)

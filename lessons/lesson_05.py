@@ -1,9 +1,10 @@
-"""The data-pipeline benchmark: images per second of ways to feed a model, one change per row, on one device.
+"""Lesson 05's own code: the data-pipeline benchmark (images per second of ways to feed a model, one change per row, on
+one device) and the lesson's plots.
 
-Lesson 05 runs it; ``python -m tools.bench`` runs it from a terminal in a clone of the course. Row 1 is the lab's setup
-(a DataLoader applying ToTensor and Normalize per image, batch 128, no workers). Each row is timed on data only, the
-linear model and the CNN (median of repeats after a warm-up); the sentences under the table are chosen from the run's
-own numbers by the course's rules (``readings.compare``, ``readings.batch_scaling``, ``rate_trend``).
+Lesson 05 runs the benchmark; ``python -m tools.bench`` runs it from a terminal in a clone of the course. Row 1 is the
+lab's setup (a DataLoader applying ToTensor and Normalize per image, batch 128, no workers). Each row is timed on data
+only, the linear model and the CNN (median of repeats after a warm-up); the sentences under the table are chosen from
+the run's own numbers by the course's rules (``readings.compare``, ``readings.batch_scaling``, ``rate_trend``).
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
+import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import devices, readings
 from helpers.models import build_model
+from helpers.plotting import new_axes
 from helpers.readings import KEPT, MIN_NOISE, SLOWER, Timing, compare
 from helpers.text import format_rows, format_seconds, ratio_text
 from helpers.timing import time_on_device
@@ -500,3 +503,85 @@ def grid_findings(grid: dict[str, dict[int, Measurement]]) -> list[str]:
                 parts.append(f"{ratio_text(c.speedup)} at batch {b}" + ("" if c.clear else " (no clear difference)"))
             lines.append(f"{dev} against the CPU, images per second: {', '.join(parts)}.")
     return lines
+
+
+# --- the lesson's plots ---
+def pipeline_bars(rates: dict[str, dict[str, float]], ax: plt.Axes | None = None) -> plt.Axes:
+    """Grouped horizontal bars of images/s: ``rates[pipeline][task]``, on a log scale (they differ 1000-fold)."""
+    ax = new_axes(ax, figsize=(7.4, 3.8))
+    pipelines = list(rates)
+    tasks = list(dict.fromkeys(t for per_task in rates.values() for t in per_task))
+    height = 0.8 / len(tasks)
+    for j, task in enumerate(tasks):
+        ys = [i + (j - (len(tasks) - 1) / 2) * height for i in range(len(pipelines))]
+        ax.barh(ys, [rates[p].get(task, float("nan")) for p in pipelines], height=height, label=task)
+    ax.set_yticks(range(len(pipelines)), pipelines)
+    ax.invert_yaxis()  # the lab's setup on top, as in the table
+    ax.set(xscale="log", xlabel="images per second (log scale)")
+    ax.legend(loc="lower right", fontsize="small")
+    ax.grid(axis="x", which="major", alpha=0.3)
+    return ax
+
+
+def batch_size_curves(rates: dict[str, dict[int, float]], ax: plt.Axes | None = None) -> plt.Axes:
+    """Images/s against batch size, one line per device: ``rates[device][batch_size]``."""
+    ax = new_axes(ax)
+    for device, per_size in rates.items():
+        sizes = sorted(per_size)
+        ax.plot(sizes, [per_size[s] for s in sizes], marker="o", label=device)
+    ax.set_xscale("log", base=2)
+    ax.set(yscale="log", xlabel="batch size", ylabel="training images per second")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def step_time_curves(step_seconds: dict[str, dict[int, float]], ax: plt.Axes | None = None) -> plt.Axes:
+    """Milliseconds per training step against batch size, one line per device: ``step_seconds[device][batch]``. Grey
+    guides from each device's smallest batch, flat (fixed costs per step set the pace) and in proportion to the batch
+    (arithmetic does), show by where the line runs what bounds the step."""
+    ax = new_axes(ax)
+    for i, (device, per_size) in enumerate(step_seconds.items()):
+        sizes = sorted(per_size)
+        ms = [per_size[s] * 1e3 for s in sizes]
+        ax.plot(sizes, ms, marker="o", color=f"C{i}", label=device)
+        ax.plot(sizes, [ms[0]] * len(sizes), color="grey", linestyle=":", linewidth=1)
+        ax.plot(sizes, [ms[0] * s / sizes[0] for s in sizes], color="grey", linestyle="--", linewidth=1)
+    ax.plot([], [], color="grey", linestyle=":", label="flat: fixed costs per step")
+    ax.plot([], [], color="grey", linestyle="--", label="in proportion: arithmetic")
+    ax.set_xscale("log", base=2)
+    ax.set(yscale="log", xlabel="batch size", ylabel="milliseconds per training step")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def training_curves(history: dict[str, list[float]], axes=None) -> list[plt.Axes]:
+    """Loss and accuracy per epoch, training and validation: ``history["train_loss"]``, ``["val_accuracy"]`` and so
+    on, one value per epoch, as the lesson's training loop records them."""
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(9.6, 3.4), layout="constrained")
+    epochs = range(1, len(history["train_loss"]) + 1)
+    for ax, metric in zip(axes, ("loss", "accuracy"), strict=True):
+        for split, label in (("train", "training"), ("val", "validation")):
+            values = history.get(f"{split}_{metric}", [])
+            if values:
+                ax.plot(epochs[: len(values)], values, marker="o", label=label)
+        ax.set(xlabel="epoch", ylabel=metric, xticks=list(epochs))
+        ax.legend()
+        ax.grid(alpha=0.3)
+    return list(axes)
+
+
+def prediction_grid(images, labels, predictions, class_names: list[str], ncols: int = 8) -> plt.Figure:
+    """Images with their predicted class; a wrong prediction is titled in red with the true class after it."""
+    nrows = -(-len(images) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(1.35 * ncols, 1.55 * nrows), layout="constrained", squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, img, true, pred in zip(axes.flat, images, labels, predictions, strict=False):
+        ax.imshow(img.squeeze().cpu(), cmap="gray")  # (1, H, W) -> (H, W); normalised values only shift the colours
+        ok = int(true) == int(pred)
+        title = class_names[int(pred)] if ok else f"{class_names[int(pred)]}\n(is {class_names[int(true)]})"
+        ax.set_title(title, fontsize=8, color="black" if ok else "red")
+    return fig

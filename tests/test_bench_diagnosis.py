@@ -12,7 +12,7 @@ import torch
 
 from helpers import readings
 from helpers.readings import MIN_NOISE
-from lessons import lesson_05 as bench
+from lessons import lesson_05
 
 
 def around(seconds: float, spread: float = 0.02) -> list[float]:
@@ -173,18 +173,18 @@ def test_batch_scaling_needs_two_batch_sizes():
         readings.batch_scaling({32: [1.0]})
 
 
-def cnn_steps(device: str, busy: dict[int, float]) -> dict[str, dict[int, bench.Measurement]]:
+def cnn_steps(device: str, busy: dict[int, float]) -> dict[str, dict[int, lesson_05.Measurement]]:
     """A batch-size grid of the CNN on ``device``: about 2 ms a step, with the profiler's busy seconds per step."""
     grid = {}
     for size, seconds in {32: 1.95e-3, 2048: 2.0e-3}.items():
         times = around(seconds)
-        grid[size] = bench.Measurement("resident", "cnn", size, readings.Timing(seconds, times), 1, busy.get(size))
+        grid[size] = lesson_05.Measurement("resident", "cnn", size, readings.Timing(seconds, times), 1, busy.get(size))
     return {device: grid}
 
 
 def test_device_busy_share_marks_a_launch_bound_step():
     # busy 0.25 ms of a 1.95 ms step: the GPU waited for the CPU most of the time
-    lines = bench.grid_findings(cnn_steps("cuda", {32: 0.25e-3, 2048: 1.9e-3}))
+    lines = lesson_05.grid_findings(cnn_steps("cuda", {32: 0.25e-3, 2048: 1.9e-3}))
     assert lines[2].startswith(
         "cuda: at batch 32, 1.9 ms of steps against 250.0 us of device time (the device was busy 13% of it): "
         "launch-bound."
@@ -192,9 +192,9 @@ def test_device_busy_share_marks_a_launch_bound_step():
     assert lines[3].startswith("cuda: at batch 2048, 2.0 ms of steps against 1.9 ms of device time") and (
         "device-bound" in lines[3]
     )
-    middle = bench.grid_findings(cnn_steps("cuda", {32: 1.2e-3}))
+    middle = lesson_05.grid_findings(cnn_steps("cuda", {32: 1.2e-3}))
     assert len(middle) == 3 and "partly launch-bound" in middle[2]
-    assert len(bench.grid_findings(cnn_steps("cpu", {}))) == 2  # no busy time measured: no such sentence
+    assert len(lesson_05.grid_findings(cnn_steps("cpu", {}))) == 2  # no busy time measured: no such sentence
 
 
 # --- rate_trend: rising, levelling off, falling ----------------------------------------------------------------
@@ -205,26 +205,26 @@ def per_image(rates: dict[int, float], spread: float = 0.02) -> dict[int, list[f
 
 
 def test_rising_rate():
-    assert bench.rate_trend(per_image({32: 1000, 256: 2100}), "cpu") == (
+    assert lesson_05.rate_trend(per_image({32: 1000, 256: 2100}), "cpu") == (
         "cpu: images per second rose from batch 32 to batch 256 (2.10x)."
     )
 
 
 def test_rising_then_levelling_off():
-    line = bench.rate_trend(per_image({32: 1000, 128: 3000, 512: 6000, 2048: 6100}))
+    line = lesson_05.rate_trend(per_image({32: 1000, 128: 3000, 512: 6000, 2048: 6100}))
     assert line == (
         "images per second rose from batch 32 to batch 512 (6.00x), then levelled off to batch 2048 (1.02x)."
     )
 
 
 def test_falling_rate_is_never_called_levelling_off():
-    line = bench.rate_trend(per_image({32: 400, 128: 800, 512: 500}), "cpu")
+    line = lesson_05.rate_trend(per_image({32: 400, 128: 800, 512: 500}), "cpu")
     assert line == "cpu: images per second rose from batch 32 to batch 128 (2.00x), then fell to batch 512 (0.62x)."
     assert "level" not in line
 
 
 def test_rate_inside_the_noise_stays_level():
-    line = bench.rate_trend({32: [1.0, 2.0, 3.0], 256: [0.9, 1.8, 2.9]})
+    line = lesson_05.rate_trend({32: [1.0, 2.0, 3.0], 256: [0.9, 1.8, 2.9]})
     assert line == "images per second stayed level from batch 32 to batch 256 (1.11x)."
 
 
@@ -233,7 +233,7 @@ def test_rate_inside_the_noise_stays_level():
 
 def test_device_busy_is_not_measured_on_the_cpu():
     called = []
-    assert bench.device_busy(lambda: called.append(1), torch.device("cpu")) is None
+    assert lesson_05.device_busy(lambda: called.append(1), torch.device("cpu")) is None
     assert called == []  # nothing run for nothing
 
 
@@ -241,15 +241,15 @@ def test_device_busy_is_not_measured_on_the_cpu():
 
 
 def test_agreement_within_and_outside_the_spread():
-    same = bench.agreement("A", [1.0e-3, 1.2e-3, 1.4e-3], "B", [1.1e-3, 1.3e-3, 1.5e-3])
+    same = lesson_05.agreement("A", [1.0e-3, 1.2e-3, 1.4e-3], "B", [1.1e-3, 1.3e-3, 1.5e-3])
     assert same == "A (1.2 ms) and B (1.3 ms) agree within the spread of their repeats."
-    apart = bench.agreement("A", around(52e-3), "B", around(4e-3))
+    apart = lesson_05.agreement("A", around(52e-3), "B", around(4e-3))
     assert apart.startswith("A (52.0 ms) and B (4.0 ms) differ by 13.00x, more than the spread of their repeats")
 
 
 def test_measure_counts_the_images_of_a_timed_pass_not_of_the_warm_up():
     loader = [(torch.zeros(4, 1, 28, 28), torch.zeros(4, dtype=torch.long)) for _ in range(10)]
-    m = bench.measure(loader, "data", torch.device("cpu"), batches=None, repeats=2, warmup_batches=3)
+    m = lesson_05.measure(loader, "data", torch.device("cpu"), batches=None, repeats=2, warmup_batches=3)
     assert (m.images, m.batches) == (40, 10)  # the warm-up ran 3 batches, 12 images
     assert m.images_per_second == pytest.approx(40 / m.seconds)
     assert m.step_seconds == pytest.approx(m.seconds / 10)

@@ -6,19 +6,12 @@ from __future__ import annotations
 import argparse
 import copy
 import math
-import tempfile
 from collections.abc import Iterator
-from datetime import timedelta
-from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler, TensorDataset
-
-from helpers.distributed import start_method, wait_for_exit
 
 TOLERANCE = 1e-6
 STEPS = 50
@@ -91,45 +84,3 @@ class Reference:
             f"one process on the global batch, after the first {len(self.gaps)} steps: largest weight difference "
             f"{self.gaps[-1]:.1e} (below {TOLERANCE:g}: {self.gaps[-1] < TOLERANCE})"
         )
-
-
-class TwoHeads(nn.Module):
-    """A body and two heads; forward uses only `head`, so `extra` takes no part in the loss."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.body, self.head, self.extra = nn.Linear(8, 16), nn.Linear(16, 2), nn.Linear(16, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(x).relu())
-
-
-def three_steps(rank: int, store: str, errors: Any, ddp_options: dict) -> None:
-    """Rank `rank` of two trains TwoHeads under DDP on the CPU for three steps; an error it raises goes back to the
-    parent through `errors`."""
-    timeout = timedelta(seconds=30)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2, timeout=timeout)
-    try:
-        model = DDP(TwoHeads(), **ddp_options)
-        for _ in range(3):
-            model(torch.randn(4, 8)).sum().backward()
-    except RuntimeError as err:
-        errors.put((rank, err))
-    finally:
-        dist.destroy_process_group()
-
-
-def on_two_ranks(**ddp_options: Any) -> list[RuntimeError]:
-    """Run three_steps in two processes; the errors they raised, rank 0's first. The processes are forked where a
-    forked process can still run autograd, else spawned (they then import this module, as torchrun's processes do)."""
-    context = mp.get_context(start_method(backward=True))
-    errors = context.SimpleQueue()
-    with tempfile.TemporaryDirectory() as folder:
-        ranks = [context.Process(target=three_steps, args=(r, f"{folder}/store", errors, ddp_options)) for r in (0, 1)]
-        for process in ranks:
-            process.start()
-        wait_for_exit(ranks, timeout=60)
-    found = []
-    while not errors.empty():
-        found.append(errors.get())
-    return [err for _, err in sorted(found, key=lambda pair: pair[0])]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import logging
 import multiprocessing.connection
 import os
 import secrets
@@ -18,7 +17,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any, NamedTuple, NoReturn
 
@@ -41,20 +39,14 @@ def process_device(choice: str) -> torch.device:
 
 
 def join_group(choice: str, timeout: float) -> torch.device:
-    """Join the process group as lesson 07's ddp_train.py does (and writes out): this process's device
-    (``process_device``), made current on CUDA; nccl there, else gloo; collectives that give up after ``timeout``
-    seconds; a world of one without torchrun. Returns the device."""
-    device = process_device(choice)
+    """Join the process group with the ``setup`` of lesson 07's ddp_train.py, which the lesson prints: GPU
+    ``LOCAL_RANK`` made current and nccl, else the CPU and gloo; collectives that give up after ``timeout`` seconds; a
+    world of one without torchrun. Under torchrun this worker also ends when its agent is gone (``stop_with_agent``).
+    Returns the device."""
+    from lessons.lesson_07 import ddp_train  # here, not above: lessons.lesson_07 imports this module
+
     stop_with_agent()
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(
-        "nccl" if device.type == "cuda" else "gloo",
-        timeout=timedelta(seconds=timeout),
-        device_id=device if device.type == "cuda" else None,
-        **world_of_one(),
-    )
-    return device
+    return ddp_train.setup(choice, timeout)
 
 
 def train_in_group(args: argparse.Namespace, train: Callable[..., Any], data: Any) -> int:
@@ -157,27 +149,6 @@ def fail_here(fail_rank: int) -> None:
     """Lesson 07's failure demo (``--fail-rank``): rank ``fail_rank`` raises here (none when it is -1)."""
     if dist.get_rank() == fail_rank:
         raise RuntimeError(f"rank {fail_rank} fails on purpose (--fail-rank {fail_rank})")
-
-
-@contextlib.contextmanager
-def child_stderr() -> Iterator[list[str]]:
-    """Collect the lines child processes started in the block write to descriptor 2 (not ``sys.stderr``), on exit."""
-    lines: list[str] = []
-    spawn_log = logging.getLogger("torch.multiprocessing.spawn")
-    level = spawn_log.level
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as sink:
-        os.dup2(sink.fileno(), 2)
-        spawn_log.setLevel(logging.ERROR)  # its warning that it terminates the other children names process ids
-        try:
-            yield lines
-        finally:
-            spawn_log.setLevel(level)
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            lines.extend(sink.read().decode(errors="replace").splitlines())
 
 
 def wait_for_exit(processes: Sequence[Any], timeout: float) -> None:

@@ -1,6 +1,7 @@
 """Lesson 07's ddp_train under torchrun with two gloo (CPU) processes, through its harness (equivalence,
 repeated launches, a failing rank), and alone as one process; the printed script holds DDP and nothing of the harness;
-its single-process twin helpers.single_train."""
+the later lessons' scripts join their groups through its setup; its single-process twin helpers.single_train; the
+lesson's own code in lessons/lesson_07 (the children's stderr, the unused-parameter demonstration, the rank figure)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from helpers import ddp_check, distributed, single_train
 from helpers.checkpoints import load_checkpoint
 from helpers.data import DatasetUnavailableError
 from helpers.models import build_model
+from lessons import lesson_07
 from lessons.lesson_07 import ddp_train
 from lessons.lesson_07 import harness as ddp_train_harness
 
@@ -249,14 +251,14 @@ def test_unused_parameters_fail_on_two_ranks_and_the_options_fix_them(fork: bool
     with a GPU present): both ranks raise DDP's unfinished-reduction error, and each option lets them finish."""
     monkeypatch.setattr(distributed, "fork_keeps_autograd", lambda: fork)
     started = []
-    real = ddp_check.mp.get_context
-    monkeypatch.setattr(ddp_check.mp, "get_context", lambda method: started.append(method) or real(method))
-    failed = ddp_check.on_two_ranks()
+    real = lesson_07.mp.get_context
+    monkeypatch.setattr(lesson_07.mp, "get_context", lambda method: started.append(method) or real(method))
+    failed = lesson_07.on_two_ranks()
     assert started == ["fork" if fork else "spawn"]
     assert len(failed) == 2
     assert "Expected to have finished reduction in the prior iteration" in str(failed[0])
-    assert ddp_check.on_two_ranks(static_graph=True) == []
-    assert ddp_check.on_two_ranks(find_unused_parameters=True) == []
+    assert lesson_07.on_two_ranks(static_graph=True) == []
+    assert lesson_07.on_two_ranks(find_unused_parameters=True) == []
 
 
 def test_the_probe_says_a_fork_cannot_run_autograd_when_its_child_fails(monkeypatch):
@@ -302,3 +304,52 @@ def test_the_probe_predicts_a_forked_training_step_before_and_after_autograd_wit
     lines = out.stdout.split("\n")
     assert lines[0] == "True True", out.stderr
     assert lines[1] in ("True True", "False False"), out.stderr
+
+
+def test_child_stderr_collects_what_a_child_process_writes_to_descriptor_2(capfd) -> None:
+    with lesson_07.child_stderr() as lines:
+        subprocess.run([sys.executable, "-c", "import sys; print('from the child', file=sys.stderr)"], check=True)
+        assert lines == []  # filled when the block ends
+    assert lines == ["from the child"]
+    print("after the block", file=sys.stderr)
+    assert "from the child" not in capfd.readouterr().err
+
+
+def test_child_stderr_restores_descriptor_2_when_the_block_raises(capfd) -> None:
+    with pytest.raises(RuntimeError), lesson_07.child_stderr() as lines:
+        os.write(2, b"first\nsecond\n")
+        raise RuntimeError("the block failed")
+    assert lines == ["first", "second"]
+    os.write(2, b"back on the real stderr\n")
+    assert "back on the real stderr" in capfd.readouterr().err
+
+
+def test_the_rank_figure_colours_each_sample_by_its_rank() -> None:
+    import matplotlib.pyplot as plt
+
+    ax = lesson_07.plot_rank_assignment([[0, 1, 1], [1, 0, 0]], title="two epochs")
+    try:
+        assert ax.images[0].get_array().tolist() == [[0, 1, 1], [1, 0, 0]]
+        assert [text.get_text() for text in ax.get_legend().get_texts()] == ["rank 0", "rank 1"]
+        assert [label.get_text() for label in ax.get_yticklabels()] == ["epoch 0", "epoch 1"]
+    finally:
+        plt.close(ax.figure)
+
+
+@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
+def test_join_group_joins_through_the_printed_scripts_setup(monkeypatch) -> None:
+    # One copy of joining a group: the later lessons' join_group runs lesson 07's setup, the lines the lesson prints.
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    calls = []
+    real = ddp_train.setup
+    monkeypatch.setattr(
+        ddp_train, "setup", lambda choice, timeout: calls.append((choice, timeout)) or real(choice, timeout)
+    )
+    try:
+        assert distributed.join_group("cpu", 7.0) == torch.device("cpu")
+        assert calls == [("cpu", 7.0)]
+        assert torch.distributed.get_world_size() == 1 and torch.distributed.get_backend() == "gloo"
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()

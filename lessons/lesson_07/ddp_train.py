@@ -40,18 +40,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def setup(args: argparse.Namespace) -> torch.device:
-    """Join the process group; returns this process's device: GPU LOCAL_RANK, or the CPU."""
+def setup(choice: str, timeout: float) -> torch.device:
+    """Join the process group; returns this process's device: GPU LOCAL_RANK, or the CPU ("auto", "cuda", "cpu")."""
     local_rank = int(os.environ.get("LOCAL_RANK", 0))  # this process's number on this machine
     gpus_needed = int(os.environ.get("LOCAL_WORLD_SIZE", 1))  # one GPU for each process on this machine
-    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.device_count() >= gpus_needed)
+    cuda = choice == "cuda" or (choice == "auto" and torch.cuda.device_count() >= gpus_needed)
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)  # this process's "current GPU": its own, not GPU 0 for every process
     alone = {} if "RANK" in os.environ else {"store": dist.HashStore(), "rank": 0, "world_size": 1}  # no torchrun
     dist.init_process_group(
         "nccl" if cuda else "gloo",  # RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from torchrun
-        timeout=timedelta(seconds=args.timeout),  # a dead or stuck peer: an error in seconds, not 10 or 30 minutes
+        timeout=timedelta(seconds=timeout),  # a dead or stuck peer: an error in seconds, not 10 or 30 minutes
         device_id=device if cuda else None,  # binds the group to this GPU: nccl connects at once
         **alone,
     )
@@ -109,7 +109,7 @@ def train(args: argparse.Namespace, data: tuple[TensorDataset, TensorDataset], d
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     data = load_data(args)  # before the process group: a download may take longer than the collective timeout
-    device = setup(args)
+    device = setup(args.device, args.timeout)
     try:
         train(args, data, device)
         dist.barrier()  # leave together: a rank that exits right after its last collective can abort a peer (gloo)

@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     distributed.check_out_folder(args.out, PROG)  # a bad --out: one line with the fix, exit 2
     data = load_data(args)  # before the process group: a download may take longer than the collective timeout
-    device = ddp_train.setup(args)
+    device = ddp_train.setup(args.device, args.timeout)
     with distributed.leaving_cleanly(args.timeout):  # a barrier at the end; destroy_process_group whatever happens
         run(args, data, device)
     return 0

@@ -1,22 +1,29 @@
-"""Lesson 09's ladder, lessons.lesson_09 (lesson 08's code, written out in its cells and reused from here): run against
-scripted clocks, it times and decides as lesson 08's cells do; lesson 09's table of it, and the table as executed."""
+"""Lesson 09's own code, lessons.lesson_09 (the figure of its ladder), its table of the ladder run on scripted clocks,
+and the table as executed."""
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import re
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pytest
 import torch
-from test_lesson08 import Recipe, ScriptedClock, fake_step, stdout_of
-from test_lesson08 import run_try_change as run_cells_try_change
+from test_lesson08 import run_try_change, scripted_clock, stdout_of
 
-from helpers import readings, timing
-from lessons import lesson_09 as ladder
+from lessons import lesson_09
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    plt.switch_backend("Agg")  # no window, wherever the tests run
+    yield
+    plt.close("all")
 
 
 def cell_source(cell_id: str) -> str:
@@ -26,83 +33,51 @@ def cell_source(cell_id: str) -> str:
     return next(c.source for c in nb.cells if c.get("id") == cell_id)
 
 
-def scripted_ladder(repeats: int, clock: ScriptedClock) -> ladder.Ladder:
-    """A ladder whose timers read ``clock`` and never synchronise; nothing is built (measure is replaced)."""
-    steps = ladder.Ladder(torch.device("cpu"), None, None, build=None, repeats=repeats, min_repeat_time=0.0)
-    steps.timer = lambda device: timing.DeviceTimer(device, sync=lambda: None, clock=clock)
-    return steps
+def bar_labels(ax: plt.Axes) -> list[str]:
+    return [child.get_text() for child in ax.texts]
 
 
-def run_try_change(reference_seconds: float, *new_seconds: float) -> tuple[ladder.Ladder, str]:
-    """test_lesson08's run_try_change through lessons.lesson_09: try_change once per entry of ``new_seconds`` against a
-    baseline first measured at 1 ms per image that takes ``reference_seconds`` a step of 10 in the turns."""
-    clock, log = ScriptedClock(), []
-    steps = scripted_ladder(5, clock)
-    earlier = readings.Timing(1e-3, [0.98e-3, 1e-3, 1.02e-3], calls=1)
-    run = fake_step("ref", reference_seconds, log, clock)
-    steps.history.append(ladder.Result("baseline", Recipe(), earlier, readings.KEPT, 1.0, 0.0, run))
-    printed = io.StringIO()
-    for i, seconds in enumerate(new_seconds or (0.010,)):
-        new_run = fake_step(f"new{i}", seconds, log, clock)
-        steps.measure = lambda recipe, repeats=5, run=new_run: (readings.Timing(1e-3, [1e-3], calls=1), 0.0, run)
-        with contextlib.redirect_stdout(printed):
-            steps.try_change(f"the change {i}" if i else "the change", changed=True)
-    return steps, printed.getvalue()
+def test_each_bar_shows_the_speed_up_it_was_measured_with_not_a_ratio_of_two_rows():
+    # The ladder of lessons 08 and 09 on a GPU: the row "no loss.item()" ran at 27,809 images/s, 1.02x the 27,141 its
+    # reference ran at in the same turns, though the reference's own row says 34,671 (timed at another moment).
+    labels = ["baseline", "data resident", "no loss.item()", "batch 512"]
+    rates = [7_629.0, 34_671.0, 27_809.0, 213_480.0]
+    ax = lesson_09.plot_speedups(labels, rates, [True, True, False, True], speedups=[1.0, 5.06, 1.02, 7.94])
+    assert bar_labels(ax) == ["7,629", "34,671 (5.06x)", "27,809 (1.02x)", "213,480 (7.94x)"]
+    assert "timed in turns" in ax.get_xlabel()
 
 
-def test_in_turns_alternates_and_runs_an_untimed_step_first_as_lesson_08s_cell_does():
-    clock, log = ScriptedClock(), []
-    steps = scripted_ladder(4, clock)
-    a = ladder.Result("A", Recipe(), readings.Timing(1e-3, [1e-3], calls=2), readings.KEPT, 1.0, 0.0,
-                      fake_step("A", 0.010, log, clock))  # fmt: skip
-    b = ladder.Result(
-        "B", Recipe(), readings.Timing(1e-3, [1e-3], calls=3), "", 0.0, 0.0, fake_step("B", 0.005, log, clock)
-    )
-    before, after = steps.in_turns(a, b)
-    assert "".join(log) == "".join(["A" * 3 + "B" * 4, "B" * 4 + "A" * 3] * 2)
-    assert before.times == pytest.approx([1e-3] * 4) and after.times == pytest.approx([0.5e-3] * 4)
+def test_without_measured_speed_ups_the_ratio_to_the_first_bar_is_labelled_as_such():
+    ax = lesson_09.plot_speedups(["baseline", "faster"], [100.0, 250.0], [True, True])
+    assert bar_labels(ax) == ["100", "250 (2.50x)"]
+    assert "against the first bar, timed at a different moment" in ax.get_xlabel()
 
 
-@pytest.mark.parametrize("case", [(0.016, 0.010), (0.0102, 0.008), (0.016, 0.020, 0.020), (0.010, 0.016)])
-def test_the_helper_prints_and_decides_what_lesson_08s_cells_do(case):
-    cells, cells_printed = run_cells_try_change(*case)
-    helper, helper_printed = run_try_change(*case)
-    assert helper_printed == cells_printed
-    for mine, theirs in zip(helper.history, cells["history"], strict=True):
-        assert (mine.change, mine.verdict, mine.speedup) == (theirs.change, theirs.verdict, theirs.speedup)
-        assert (mine.drift and mine.drift.kind) == (theirs.drift and theirs.drift.kind)
+def test_speed_ups_must_match_the_bars():
+    with pytest.raises(ValueError, match="speed-ups"):
+        lesson_09.plot_speedups(["a", "b"], [1.0, 2.0], [True, True], speedups=[1.0])
 
 
-def test_the_table_marks_a_verdict_whose_reference_moved_and_shows_both_sides_of_each_speed_up():
-    import matplotlib.pyplot as plt
-
-    from helpers import plotting, text
-
-    plt.switch_backend("Agg")
-    steps, _ = run_try_change(0.016, 0.010)
-    ns = {"ladder": steps, "plotting": plotting, "plt": plt, "text": text, "device": torch.device("cpu")}
+def test_the_table_marks_a_verdict_whose_reference_moved_and_shows_both_sides_of_each_speed_up(monkeypatch):
+    rungs, _ = run_try_change(scripted_clock(monkeypatch), monkeypatch, 0.016, 0.010, 0.020)
+    ns = {"rungs": rungs, "lesson_09": lesson_09, "plt": plt, "inspect": inspect, "device": torch.device("cpu")}
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(cell_source("c47"), ns)
-    plt.close("all")
-    rows = printed.getvalue().splitlines()
-    assert re.split(r"\s{2,}", rows[0]) == [
-        "change",
-        "images/s",
-        "spread",
-        "last kept, same turns",
-        "speed-up",
-        "verdict",
-    ]
-    assert re.split(r"\s{2,}", rows[2]) == ["baseline", "1,000", "4%", "-", "-", "baseline"]
-    assert re.split(r"\s{2,}", rows[3]) == ["the change", "1,000", "0%", "625", "1.60x", "kept (reference moved)"]
+    rows = [re.split(r"\s{2,}", line) for line in printed.getvalue().splitlines()[:5]]
+    assert rows[0] == ["change", "images/s", "spread", "last kept, same turns", "speed-up", "verdict"]
+    assert rows[1] == ["baseline", "1,000", "4%", "-", "-", "baseline"]
+    assert rows[2] == ["the change", "1,000", "0%", "625", "1.60x", "kept (reference moved)"]
+    assert rows[3] == ["the change 1", "500", "0%", "1,000", "0.50x", "not kept: slower"]
+    assert rows[4] == ["not kept here: the change 1 (not kept: slower)"]
+    assert [child.get_text() for child in plt.gca().texts] == ["1,000", "1,000 (1.60x)", "500 (0.50x)"]
 
 
 @pytest.mark.slow
 def test_each_speed_up_in_the_executed_table_is_the_ratio_of_its_own_row(executed_notebook):
-    table = stdout_of(executed_notebook("09"), "c47").splitlines()
+    table = stdout_of(executed_notebook("09"), "c47").split("\nnot kept here")[0].splitlines()
     assert table[0].split() == ["change", "images/s", "spread", "last", "kept,", "same", "turns", "speed-up", "verdict"]
-    rows = [re.split(r"\s{2,}", line) for line in table[3:] if not line.startswith("not kept here")]
+    rows = [re.split(r"\s{2,}", line) for line in table[2:]]  # after the header and the baseline
     assert len(rows) >= 2  # mixed precision and channels_last; torch.compile too outside quick mode
     for change, rate, _, reference, speedup, _ in rows:
         rate, reference = float(rate.replace(",", "")), float(reference.replace(",", ""))

@@ -1,7 +1,7 @@
 """Lesson 07's ddp_train under torchrun with two gloo (CPU) processes, through its harness (equivalence,
 repeated launches, a failing rank), and alone as one process; the printed script holds DDP and nothing of the harness;
 the later lessons' scripts join their groups through its setup; its single-process twin helpers.single_train; the
-lesson's own code in lessons/lesson_07 (the children's stderr, the unused-parameter demonstration, the rank figure)."""
+lesson's own code in lessons/lesson_07 (the unused-parameter demonstration, the rank figure)."""
 
 from __future__ import annotations
 
@@ -304,24 +304,6 @@ def test_the_probe_predicts_a_forked_training_step_before_and_after_autograd_wit
     lines = out.stdout.split("\n")
     assert lines[0] == "True True", out.stderr
     assert lines[1] in ("True True", "False False"), out.stderr
-
-
-def test_child_stderr_collects_what_a_child_process_writes_to_descriptor_2(capfd) -> None:
-    with lesson_07.child_stderr() as lines:
-        subprocess.run([sys.executable, "-c", "import sys; print('from the child', file=sys.stderr)"], check=True)
-        assert lines == []  # filled when the block ends
-    assert lines == ["from the child"]
-    print("after the block", file=sys.stderr)
-    assert "from the child" not in capfd.readouterr().err
-
-
-def test_child_stderr_restores_descriptor_2_when_the_block_raises(capfd) -> None:
-    with pytest.raises(RuntimeError), lesson_07.child_stderr() as lines:
-        os.write(2, b"first\nsecond\n")
-        raise RuntimeError("the block failed")
-    assert lines == ["first", "second"]
-    os.write(2, b"back on the real stderr\n")
-    assert "back on the real stderr" in capfd.readouterr().err
 
 
 def test_the_rank_figure_colours_each_sample_by_its_rank() -> None:

@@ -580,7 +580,7 @@ def prediction_grid(images, labels, predictions, class_names: list[str], ncols: 
     for ax in axes.flat:
         ax.axis("off")
     for ax, img, true, pred in zip(axes.flat, images, labels, predictions, strict=False):
-        ax.imshow(img.squeeze().cpu(), cmap="gray")  # (1, H, W) -> (H, W); normalised values only shift the colours
+        ax.imshow(img.squeeze().cpu().numpy(), cmap="gray")  # (1, H, W) -> (H, W); normalising only shifts colours
         ok = int(true) == int(pred)
         title = class_names[int(pred)] if ok else f"{class_names[int(pred)]}\n(is {class_names[int(true)]})"
         ax.set_title(title, fontsize=8, color="black" if ok else "red")

@@ -108,3 +108,19 @@ def test_spawned_workers_fail_on_a_notebook_class_and_work_on_an_imported_one(ex
     assert "a spawned worker made a batch from an imported Dataset class: (128, 1, 28, 28) (128,)" in _stdout(
         nb, cell.id
     )
+
+
+EPOCH_LINE = re.compile(
+    r"^epoch (\d+)/(\d+): training loss ([\d.]+), accuracy ([\d.]+)%; validation loss ([\d.]+), accuracy ([\d.]+)%$",
+    re.M,
+)
+
+
+def test_the_loop_in_the_cells_prints_every_epoch_and_the_last_one_is_reported(executed_notebook):
+    out = _stdout(executed_notebook("05"), "c30")
+    epochs = EPOCH_LINE.findall(out)
+    assert [int(e) for e, *_ in epochs] == list(range(1, int(epochs[0][1]) + 1)), out  # quick mode: 2 epochs
+    assert float(epochs[-1][2]) < float(epochs[0][2])  # the training loss fell: the steps trained the model
+    said = re.search(r"^validation accuracy ([\d.]+)%, test accuracy ([\d.]+)%$", out, re.M)
+    assert said, out
+    assert said[1] == epochs[-1][5]  # the figure under the loop is the last epoch's, not a second evaluation

@@ -15,7 +15,7 @@ RESUME_STEP, RESUME_EPOCH, RESUME_POSITION = 7, 1, 3
 
 
 def _training(seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-    """A small model with SGD and momentum and a cosine schedule, as helpers/elastic_train.py builds them."""
+    """A small model with SGD and momentum and a cosine schedule, as lessons/lesson_13.py builds them."""
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)

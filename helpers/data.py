@@ -70,7 +70,7 @@ def data_dir(root: str | os.PathLike | None = None) -> Path:
     """The data root: the argument, else $COURSE_DATA_DIR, else ``default_data_dir()``; ``~`` is expanded."""
     if root:
         return Path(root).expanduser()
-    return settings.data_dir() or default_data_dir()
+    return settings.data_dir_given() or default_data_dir()
 
 
 def _unusable_root(root: str | os.PathLike | None, exc: OSError, folder: Path) -> DataDirError:

@@ -226,16 +226,6 @@ def cuda_gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def gpu_ids(device: str | torch.device) -> list[int]:
-    """The CUDA GPUs a lesson running on ``device`` may use, its own first (DataParallel keeps the model and gathers
-    the output on the first): every visible one when it runs on CUDA, else none."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        return []
-    first = torch.cuda.current_device() if device.index is None else device.index
-    return [first] + [i for i in range(cuda_gpu_count()) if i != first]
-
-
 def gpu_section(device: str | torch.device, shows: str, needed: int = 1) -> bool:
     """The gate of every GPU section: True when the lesson runs on a CUDA GPU and at least ``needed`` are visible;
     otherwise print one line saying what is skipped and why (another device was chosen, or too few GPUs)."""

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, NamedTuple, NoReturn
 
@@ -24,38 +24,6 @@ import torch
 import torch.distributed as dist
 
 from helpers.checkpoints import folder_problem
-
-
-def process_device(choice: str) -> torch.device:
-    """This process's device: with ``choice`` "cuda", or "auto" and a GPU for every process on this node, GPU
-    ``LOCAL_RANK`` (torchrun sets it; 0 in a world of one); otherwise the CPU."""
-    local_rank, local_world_size = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if choice == "cuda" or (choice == "auto" and gpus >= local_world_size):
-        if local_rank >= gpus:
-            raise RuntimeError(f"Local rank {local_rank} needs its own GPU, but only {gpus} are visible.")
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
-
-
-def join_group(choice: str, timeout: float) -> torch.device:
-    """Join the process group with the ``setup`` of lesson 07's ddp_train.py, which the lesson prints: GPU
-    ``LOCAL_RANK`` made current and nccl, else the CPU and gloo; collectives that give up after ``timeout`` seconds; a
-    world of one without torchrun. Under torchrun this worker also ends when its agent is gone (``stop_with_agent``).
-    Returns the device."""
-    from lessons.lesson_07 import ddp_train  # here, not above: lessons.lesson_07 imports this module
-
-    stop_with_agent()
-    return ddp_train.setup(choice, timeout)
-
-
-def train_in_group(args: argparse.Namespace, train: Callable[..., Any], data: Any) -> int:
-    """A training script's process from start to end: the group joined (``join_group`` with ``args.device`` and
-    ``args.timeout``), ``train(args, data, device)``, the group left cleanly; 0 for the exit status."""
-    device = join_group(args.device, args.timeout)
-    with leaving_cleanly(args.timeout):
-        train(args, data, device)
-    return 0
 
 
 def end_process(status: int | None) -> NoReturn:
@@ -67,13 +35,6 @@ def end_process(status: int | None) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0 if status is None else status)
-
-
-def world_of_one() -> dict[str, Any]:
-    """``init_process_group``'s extra arguments: none under torchrun (``RANK`` is set: the group meets at torchrun's
-    store); without it, rank 0 of a world of one with a store in this process's memory (nanoGPT's train.py also
-    tells the two cases apart by ``RANK``)."""
-    return {} if "RANK" in os.environ else {"store": dist.HashStore(), "rank": 0, "world_size": 1}
 
 
 @contextlib.contextmanager

@@ -4,7 +4,7 @@ On a cluster every node runs the same torchrun command; only the machine differs
 torchrun agent on this machine, all pointed at one rendezvous endpoint on a free local port::
 
     torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:29517 --rdzv-id job1 \\
-        --local-addr 127.0.0.1 -m helpers.elastic_train          # typed once per node
+        --local-addr 127.0.0.1 -m lessons.lesson_13          # typed once per node
 
 ``rehearse`` starts them together with a timeout, and ends every process it started whatever happens.
 """
@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 from helpers.distributed import run_together
 
-SCRIPT = "helpers.elastic_train"
+SCRIPT = "lessons.lesson_13"
 HOST = "127.0.0.1"
 
 JOIN_TIMEOUT = "join_timeout=60"

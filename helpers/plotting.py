@@ -1,6 +1,6 @@
-"""Matplotlib figures the lessons show: timings, speed-ups, training curves, image grids.
+"""What every figure of the course starts from: a new Axes of the course's size, or the one a caller passes in.
 
-Each function draws on a new figure (or the ``ax`` it is given) and returns the Axes; the notebook shows it."""
+Each lesson's own figures are drawn in its module in ``lessons/`` on these Axes; the notebook shows them."""
 
 from __future__ import annotations
 

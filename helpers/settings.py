@@ -80,7 +80,7 @@ def dataset() -> str | None:
         ) from None
 
 
-def data_dir() -> Path | None:
+def data_dir_given() -> Path | None:
     """The folder ``$COURSE_DATA_DIR`` names, ``~`` expanded; None where it is unset or empty. Whether data can be kept
     there is ``helpers.data.data_dir_problem``'s question, whose message names the variable."""
     value = given(DATA_DIR)

@@ -1,4 +1,4 @@
-"""How the course writes its figures: plain-text tables, seconds, bytes and ratios. Imports nothing of the course."""
+"""How the course writes its figures: plain-text tables, seconds and ratios. Imports nothing of the course."""
 
 from __future__ import annotations
 
@@ -24,16 +24,6 @@ def format_seconds(seconds: float) -> str:
         if seconds >= scale:
             return f"{seconds / scale:.1f} {unit}"
     return f"{seconds / 1e-9:.0f} ns"
-
-
-def format_bytes(n: int | float) -> str:
-    """1536 -> '1.5 KiB', 3 * 2**30 -> '3.0 GiB'."""
-    if n < 0:
-        return "-" + format_bytes(-n)
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 def ratio_text(ratio: float) -> str:

@@ -4,15 +4,18 @@ one device) and the lesson's plots.
 Lesson 05 runs the benchmark; ``python -m tools.bench`` runs it from a terminal in a clone of the course. Row 1 is the
 lab's setup (a DataLoader applying ToTensor and Normalize per image, batch 128, no workers). Each row is timed on data
 only, the linear model and the CNN (median of repeats after a warm-up); the sentences under the table are chosen from
-the run's own numbers by the course's rules (``readings.compare``, ``readings.batch_scaling``, ``rate_trend``).
+the run's own numbers by the course's rules (``readings.compare``, ``batch_scaling``, ``rate_trend``). The readers
+of what bounds a step (``launch_diagnosis``) and the profiler summary that reads the same on a CPU and on a GPU
+(``profile_summary``) live here too.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
@@ -24,10 +27,282 @@ from torch.utils.data import DataLoader, TensorDataset
 from helpers import devices, readings
 from helpers.models import build_model
 from helpers.plotting import new_axes
-from helpers.readings import KEPT, MIN_NOISE, SLOWER, Timing, compare
+from helpers.readings import KEPT, MIN_NOISE, SLOWER, Diagnosis, Timing, as_timing, compare
 from helpers.text import format_rows, format_seconds, ratio_text
 from helpers.timing import time_on_device
 from helpers.transfer import DeviceDataLoader, DeviceResidentLoader
+
+# What bounds a step, and how its time grows with the batch: the rules the benchmark and the lesson read by.
+
+LAUNCH_BOUND, DEVICE_BOUND, PARTLY_LAUNCH_BOUND, NO_DEVICE_TIMELINE = (
+    "launch-bound",
+    "device-bound",
+    "partly launch-bound",
+    "no device timeline",
+)
+
+
+def launch_diagnosis(
+    step_s: float,
+    device_s: float | None,
+    launch_ratio: float = 2.0,
+    busy_fraction: float = 0.8,
+    steps: int | None = None,
+) -> Diagnosis:
+    """Read the wall time of some steps against the device's busy time in them (None: no device timeline, as on a
+    CPU). Steps ``launch_ratio`` times the device time or longer: launch-bound (the device waits for launches). The
+    device busy for ``busy_fraction`` of them or more: device-bound. In between: partly launch-bound. ``steps``: how
+    many profiled steps the two times add up; given, the sentence says so, prints the times per step and says that the
+    profiler's own overhead is in the step time."""
+    if step_s <= 0:
+        raise ValueError(f"step_s must be positive, got {step_s}.")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"steps must be a positive integer or None, got {steps!r}.")
+    profiled = "" if steps is None else f"{steps} profiled step{'' if steps == 1 else 's'}"
+    if device_s is None:
+        took = f"The steps took {format_seconds(step_s)}"
+        if steps is not None:
+            took = (
+                f"{profiled} took {format_seconds(step_s)}, {format_seconds(step_s / steps)} a step (the profiler's "
+                "own overhead included),"
+            )
+        return Diagnosis(
+            NO_DEVICE_TIMELINE,
+            (
+                f"{took} and the profiler recorded no device timeline: on this "
+                "device the CPU runs the arithmetic itself, so there are no launches for it to wait on. Use the step "
+                "time against the batch size instead."
+            ),
+        )
+    busy = f"the device was busy {device_s / step_s:.0%} of it"
+    if steps is None:
+        figures = f"{format_seconds(step_s)} of steps against {format_seconds(device_s)} of device time ({busy})"
+    else:
+        figures = (
+            f"{profiled}: {format_seconds(step_s / steps)} a step against {format_seconds(device_s / steps)} of device "
+            f"time a step ({busy}; the step time includes the profiler's own overhead, so an unprofiled step is "
+            "shorter and the device's share of it larger)"
+        )
+    if step_s >= launch_ratio * device_s:
+        return Diagnosis(
+            LAUNCH_BOUND,
+            f"{figures}: launch-bound. The device waits for Python and kernel launches; "
+            "cut launches first (larger batches, CUDA graphs, fused optimizers, fewer "
+            "host syncs).",
+        )
+    if device_s >= busy_fraction * step_s:
+        return Diagnosis(
+            DEVICE_BOUND,
+            f"{figures}: device-bound. The kernels themselves take the time; make them "
+            "cheaper (mixed precision, channels_last, TF32) rather than fewer.",
+        )
+    return Diagnosis(
+        PARTLY_LAUNCH_BOUND,
+        f"{figures}: partly launch-bound. Both fewer launches and cheaper kernels can help; measure each.",
+    )
+
+
+OVERHEAD_BOUND, COMPUTE_BOUND, IN_BETWEEN, UNCLEAR = "overhead-bound", "compute-bound", "in between", "unclear"
+FLAT, PROPORTIONAL = 0.3, 0.7
+"""Step time ~ batch**k: k at most FLAT reads as flat (fixed costs per step), k at least PROPORTIONAL as arithmetic."""
+SMALL_GROWTH = 0.25
+"""A flat step time that grew by more than this fraction, outside the spread, costs something: not "almost for free"."""
+WIDE_SPREAD = 1.0
+"""Repeats at one batch size that spread more than this, (slowest - fastest) / median, leave the reading unclear."""
+
+
+def _scaling_reading(small: int, t_small: Timing, large: int, t_large: Timing, within: str) -> tuple[str, str]:
+    """What bounds a step, from its step times at two batch sizes: the kind and the sentence (without a label).
+    ``within`` narrows the advice to the sizes read (" (up to batch 512)", say), or is empty."""
+    growth, size = t_large.median / t_small.median, large / small
+    c = compare(t_large, t_small, MIN_NOISE)  # clear: the step time did change with the batch
+    away = compare(t_large, [t * size for t in t_small.times], MIN_NOISE)  # clear: it did not grow in proportion
+    exponent = math.log(growth) / math.log(size) if c.clear else 0.0
+    seen = (
+        f"{format_seconds(t_small.median)} a step at batch {small}, {format_seconds(t_large.median)} at batch "
+        f"{large}, {ratio_text(growth)} the time for {size:g}x the images"
+    )
+    seen += "" if c.clear else f" ({c.why_unclear})"
+    fixed = "Fixed costs per step (Python, dispatching or launching each operation, the optimizer) set"
+    if not c.clear and not away.clear:
+        return UNCLEAR, (
+            f"the repeats spread too widely to tell a flat step time from one in proportion to the batch: {seen}. "
+            "Time more images per run, on a quieter machine, before drawing a conclusion"
+        )
+    if not c.clear or (away.clear and exponent <= FLAT):
+        if not c.clear or growth <= 1 + SMALL_GROWTH:
+            shape = "did not grow with the batch" if growth < 1 else "stayed nearly flat"
+            return OVERHEAD_BOUND, (
+                f"step time {shape}: {seen}. {fixed} the pace, not arithmetic, so a larger batch{within} trains more "
+                "images per second almost for free"
+            )
+        return OVERHEAD_BOUND, (
+            f"step time grew far less than the batch did: {seen}. {fixed} most of the pace, not arithmetic, so a "
+            f"larger batch{within} trains more images per second ({ratio_text(size / growth)} here), though each "
+            "step takes longer"
+        )
+    if not away.clear or exponent >= PROPORTIONAL:
+        return COMPUTE_BOUND, (
+            f"step time grew about in proportion to the batch: {seen}. The arithmetic sets the pace, so a larger "
+            f"batch{within} brings few extra images per second"
+        )
+    return IN_BETWEEN, (
+        f"step time grew, but less than the batch did: {seen}. Part of each step is a fixed cost and part is "
+        f"arithmetic that grows with the batch, so a larger batch{within} raises images per second, less than in "
+        "proportion"
+    )
+
+
+def batch_scaling(steps: dict[int, Timing | Sequence[float]], label: str = "") -> Diagnosis:
+    """What bounds a training step, from its seconds per step (repeats) at two or more batch sizes. Flat step time:
+    fixed costs per step set the pace (overhead-bound); time in proportion to the batch: arithmetic does
+    (compute-bound). Growth inside the spread counts as flat, growth whose repeats overlap the proportional one as
+    proportional; both at once: unclear, as are repeats at any size that spread more than WIDE_SPREAD. The reading
+    runs from the smallest batch to the largest, or, where images per second clearly fell from one size to the next,
+    only up to the size before the first fall; the sentence then names each fall and the size that trained the most
+    images per second. ``label`` starts the sentence."""
+    if len(steps) < 2:
+        raise ValueError(f"Need step times at two or more batch sizes, got {sorted(steps)}.")
+    timings = {size: as_timing(steps[size]) for size in sorted(steps)}
+    sizes = list(timings)
+    wide = [size for size in sizes if timings[size].spread > WIDE_SPREAD]
+    if wide:
+        spreads = ", ".join(f"{timings[size].spread:.0%} at batch {size}" for size in wide)
+        what = (
+            f"the reading is unclear: the repeats spread {spreads} (slowest minus fastest over the median, above "
+            f"{WIDE_SPREAD:.0%}: they differ by more than the median itself). Time more images per run, on a quieter "
+            "machine, before drawing a conclusion"
+        )
+        return Diagnosis(UNCLEAR, f"{label}: {what}." if label else f"{what[0].upper()}{what[1:]}.")
+    falls = [  # neighbouring sizes where the larger batch clearly trained fewer images per second
+        (a, b)
+        for a, b in zip(sizes[:-1], sizes[1:], strict=True)
+        if compare(timings[a].per(a), timings[b].per(b), MIN_NOISE).verdict == SLOWER
+    ]
+    top = falls[0][0] if falls else sizes[-1]
+    if top == sizes[0]:
+        kind = COMPUTE_BOUND
+        what = (
+            "step time grew more than in proportion to the batch: the arithmetic, and the memory it moves, set the pace"
+        )
+    else:
+        kind, what = _scaling_reading(
+            sizes[0], timings[sizes[0]], top, timings[top], f" (up to batch {top})" if falls else ""
+        )
+    if falls:
+        parts = []
+        for a, b in falls:
+            t_a, t_b = timings[a].median, timings[b].median
+            parts.append(
+                f"from batch {a} to batch {b} ({format_seconds(t_a)} to {format_seconds(t_b)} a step, "
+                f"{ratio_text(t_b / t_a)} the time for {b / a:g}x the images)"
+            )
+        best = max(sizes, key=lambda size: size / timings[size].median)
+        what += (
+            f". Images per second fell {' and '.join(parts)}: there the step grew more than the batch did. Of the "
+            f"sizes timed, batch {best} trained the most images per second ({best / timings[best].median:,.0f})"
+        )
+    return Diagnosis(kind, f"{label}: {what}." if label else f"{what[0].upper()}{what[1:]}.")
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    name: str
+    calls: int
+    self_cpu_s: float
+    self_device_s: float
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    """The profiler's operators, with totals that do not count a time twice."""
+
+    rows: list[ProfileRow]
+    """Operators (no user ranges), sorted by self device time where there is a device timeline, else self CPU."""
+    cpu_side_s: float
+    """All self CPU time recorded, ranges included, on every thread. On a GPU, autograd runs the backward on a thread
+    of its own while the calling thread waits inside ``backward()``, so this can exceed the steps' wall time."""
+    device_s: float | None
+    """Busy time of the device's kernels and copies; None where no device timeline was recorded."""
+    step_s: float | None = None
+    """Wall time of the profiled steps (the ``ProfilerStep`` ranges a schedule records, on the calling thread only);
+    None without a schedule."""
+    ranges_cpu_s: dict[str, float] = field(default_factory=dict)
+    """Each ``record_function`` range's total CPU time (children included), from its CPU-side entry. On a GPU
+    ``key_averages`` also lists every range on the device timeline, under the same name, with no CPU time."""
+    launch_calls: int = 0
+    launch_cpu_s: float = 0.0
+    """Calls of the runtime's kernel-launch functions (``cudaLaunchKernel`` and the like) and their self CPU time: the
+    CPU's cost of launching kernels. They run no kernel themselves, so a table sorted by device time leaves them out."""
+
+    def table(self, limit: int = 12) -> str:
+        """The top ``limit`` rows; the percentages are shares of the totals printed beneath (never above 100%)."""
+        on_device = self.device_s is not None
+        head = ["operator", "calls", "self CPU", "% CPU"] + (["self device", "% device"] if on_device else [])
+        rows = []
+        for row in self.rows[:limit]:
+            cells = [row.name if len(row.name) <= 44 else row.name[:41] + "...", row.calls]
+            cells += [format_seconds(row.self_cpu_s), _share(row.self_cpu_s, self.cpu_side_s)]
+            if on_device:
+                cells += [format_seconds(row.self_device_s), _share(row.self_device_s, self.device_s)]
+            rows.append(cells)
+        totals = f"CPU-side time: {format_seconds(self.cpu_side_s)}   " + (
+            f"device time: {format_seconds(self.device_s)}" if on_device else "(no device timeline)"
+        )
+        if self.launch_calls:
+            totals += (
+                f"\nkernel launches (cudaLaunchKernel and the like): {self.launch_calls:,} calls, "
+                f"{format_seconds(self.launch_cpu_s)} of self CPU time, {_share(self.launch_cpu_s, self.cpu_side_s)} "
+                "of the CPU-side time"
+            )
+        return f"{format_rows([head, *rows], right=range(1, len(head)))}\n{totals}"
+
+
+def _share(part: float, whole: float | None) -> str:
+    return f"{part / whole:.1%}" if whole else "-"
+
+
+LAUNCH_CALLS = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "hipLaunch", "hipModuleLaunch", "hipExtModuleLaunch")
+"""How the names of the runtime's kernel-launch functions begin (CUDA runtime and driver, CUDA graphs, ROCm)."""
+
+
+def profile_summary(events: Iterable[Any], device_timeline: bool) -> ProfileSummary:
+    """Summarise ``prof.key_averages()`` (event times in microseconds): operators by self time, the CPU-side total and
+    the device total. The CPU side counts ``record_function`` ranges too (their self time is the Python between
+    operators); the device time leaves out user ranges mirrored on the device timeline, which would count their kernels
+    twice. Rows are the CPU operators, with the self device time of the kernels they launched. The steps' wall time
+    adds up the ``ProfilerStep`` ranges' total time; each range's CPU total and the kernel launches' calls and self CPU
+    time come from CPU-side events only."""
+    cpu_side = device = steps = launch_cpu = 0.0
+    stepped = False
+    launches = 0
+    rows, ranges = [], {}
+    for event in events:
+        on_cpu = getattr(event, "device_type", torch.autograd.DeviceType.CPU) == torch.autograd.DeviceType.CPU
+        step = event.key.startswith("ProfilerStep")
+        user_range = bool(getattr(event, "is_user_annotation", False)) or step
+        self_cpu = event.self_cpu_time_total / 1e6
+        self_device = getattr(event, "self_device_time_total", 0) / 1e6
+        if on_cpu:
+            cpu_side += self_cpu
+            if step:
+                steps += event.cpu_time_total / 1e6
+                stepped = True
+            elif user_range:
+                ranges[event.key] = ranges.get(event.key, 0.0) + event.cpu_time_total / 1e6
+            else:
+                rows.append(ProfileRow(event.key, event.count, self_cpu, self_device))
+                if event.key.startswith(LAUNCH_CALLS):
+                    launches += event.count
+                    launch_cpu += self_cpu
+        elif not user_range:
+            device += self_device
+    key = (lambda r: r.self_device_s) if device_timeline else (lambda r: r.self_cpu_s)
+    rows.sort(key=key, reverse=True)
+    return ProfileSummary(
+        rows, cpu_side, device if device_timeline else None, steps if stepped else None, ranges, launches, launch_cpu
+    )
+
 
 PIPELINES = ("lab", "workers", "pinned", "wrapper", "indexed", "resident")
 """Every row the benchmark knows, in table order; ``default_pipelines`` picks those that mean something on a device."""
@@ -257,10 +532,10 @@ def device_busy(fn: Callable[[], None], device: torch.device) -> float | None:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             fn()
             devices.synchronize(device)
-    return readings.profile_summary(prof.key_averages(), device_timeline=True).device_s
+    return profile_summary(prof.key_averages(), device_timeline=True).device_s
 
 
-def measure(
+def measure_feed(
     loader: Iterable,
     task: str,
     device: torch.device,
@@ -488,10 +763,10 @@ def grid_findings(grid: dict[str, dict[int, Measurement]]) -> list[str]:
         if len(per_size) < 2:
             continue
         lines.append(rate_trend({bs: m.per_image() for bs, m in per_size.items()}, dev))
-        lines.append(str(readings.batch_scaling({bs: m.per_batch() for bs, m in per_size.items()}, dev)))
+        lines.append(str(batch_scaling({bs: m.per_batch() for bs, m in per_size.items()}, dev)))
         for bs, m in sorted(per_size.items()):
             if m.busy is not None:  # the profiler's busy time: did the device wait for the CPU?
-                lines.append(f"{dev}: at batch {bs}, {readings.launch_diagnosis(m.step_seconds, m.busy).sentence}")
+                lines.append(f"{dev}: at batch {bs}, {launch_diagnosis(m.step_seconds, m.busy).sentence}")
     if "cpu" in grid and len(grid) > 1:
         for dev, per_size in grid.items():
             if dev == "cpu":

@@ -37,6 +37,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from helpers import arguments, ddp_check, distributed
 from helpers.distributed import say
 from helpers.single_train import SUMMARY_FILE, load_data, parser
+from lessons.lesson_07 import train_in_group
 
 
 def parse_args(argv: Sequence[str] | None = None):
@@ -163,7 +164,7 @@ def gradient_sentence(rule: str, ratio: float, world_size: int, torch_version: s
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     distributed.check_out_folder(args.out, "lessons.lesson_14")  # a bad --out: one line with the fix, exit 2
-    return distributed.train_in_group(args, train, load_data(args)[0])  # nccl on a GPU of its own, else gloo
+    return train_in_group(args, train, load_data(args)[0])  # nccl on a GPU of its own, else gloo
 
 
 def train(args, data, device: torch.device) -> dict:

@@ -59,8 +59,8 @@ def test_compare_refuses_what_is_not_a_measurement(times):
 def test_flat_step_time_is_overhead_bound():
     # the course CNN on a large GPU: ~2.5 ms a step whatever the batch
     steps = {32: around(2.5e-3), 256: around(2.45e-3), 2048: around(2.6e-3)}
-    d = readings.batch_scaling(steps, label="cuda")
-    assert d.kind == readings.OVERHEAD_BOUND
+    d = lesson_05.batch_scaling(steps, label="cuda")
+    assert d.kind == lesson_05.OVERHEAD_BOUND
     assert d.sentence == (
         "cuda: step time stayed nearly flat: 2.5 ms a step at batch 32, 2.6 ms at batch 2048, 1.04x the time for 64x "
         "the images (less than the 5% below which no difference is called). Fixed costs per step (Python, dispatching "
@@ -70,31 +70,31 @@ def test_flat_step_time_is_overhead_bound():
 
 
 def test_proportional_step_time_is_compute_bound():
-    d = readings.batch_scaling({32: around(10e-3), 256: around(78e-3)}, label="cpu")
-    assert d.kind == readings.COMPUTE_BOUND
+    d = lesson_05.batch_scaling({32: around(10e-3), 256: around(78e-3)}, label="cpu")
+    assert d.kind == lesson_05.COMPUTE_BOUND
     assert d.sentence.startswith("cpu: step time grew about in proportion to the batch: 10.0 ms a step at batch 32")
     assert "7.80x the time for 8x the images. The arithmetic sets the pace" in d.sentence
 
 
 def test_step_time_between_flat_and_proportional_says_so():
-    d = readings.batch_scaling({32: around(10e-3), 256: around(35e-3)})
-    assert d.kind == readings.IN_BETWEEN
+    d = lesson_05.batch_scaling({32: around(10e-3), 256: around(35e-3)})
+    assert d.kind == lesson_05.IN_BETWEEN
     assert d.sentence.startswith("Step time grew, but less than the batch did: ")
     assert "part is arithmetic that grows with the batch" in d.sentence
 
 
 def test_step_time_growth_inside_the_noise_counts_as_flat():
     # medians 10 ms and 19 ms (1.9x for 8x the batch would read "in between"), but the repeats overlap
-    d = readings.batch_scaling({32: [6e-3, 10e-3, 15e-3], 256: [12e-3, 19e-3, 30e-3]})
-    assert d.kind == readings.OVERHEAD_BOUND
+    d = lesson_05.batch_scaling({32: [6e-3, 10e-3, 15e-3], 256: [12e-3, 19e-3, 30e-3]})
+    assert d.kind == lesson_05.OVERHEAD_BOUND
     assert "1.90x the time for 8x the images (inside the 95% spread of the repeats)" in d.sentence
     assert "almost for free" in d.sentence  # no growth is measured: the larger batch costs nothing that shows
 
 
 def test_step_time_too_noisy_to_tell_says_so():
     # 10 ms and 16 ms for 2x the batch, but the repeats overlap both "flat" and "in proportion"
-    d = readings.batch_scaling({32: [8e-3, 10e-3, 15e-3], 64: [14e-3, 16e-3, 18e-3]})
-    assert d.kind == readings.UNCLEAR
+    d = lesson_05.batch_scaling({32: [8e-3, 10e-3, 15e-3], 64: [14e-3, 16e-3, 18e-3]})
+    assert d.kind == lesson_05.UNCLEAR
     assert d.sentence.startswith("The repeats spread too widely to tell a flat step time from one in proportion")
     assert "fixed cost" not in d.sentence and "arithmetic" not in d.sentence
 
@@ -102,8 +102,8 @@ def test_step_time_too_noisy_to_tell_says_so():
 @pytest.mark.parametrize(("spread", "unclear"), [(0.99, False), (1.01, True), (1.73, True)])
 def test_repeats_that_spread_more_than_their_median_leave_the_reading_unclear(spread, unclear):
     # lesson 08 on a CPU: 2.9 ms at batch 64, 3.8 ms at 256, 5.1 ms at 512 whose repeats spread 173%
-    d = readings.batch_scaling({64: around(2.9e-3, 0.05), 256: around(3.8e-3, 0.03), 512: around(5.1e-3, spread)})
-    assert (d.kind == readings.UNCLEAR) is unclear
+    d = lesson_05.batch_scaling({64: around(2.9e-3, 0.05), 256: around(3.8e-3, 0.03), 512: around(5.1e-3, spread)})
+    assert (d.kind == lesson_05.UNCLEAR) is unclear
     assert ("The reading is unclear: the repeats spread " in d.sentence) is unclear
     if unclear:
         assert f"{spread:.0%} at batch 512" in d.sentence and "fixed cost" not in d.sentence.lower()
@@ -115,8 +115,8 @@ def test_repeats_that_spread_more_than_their_median_leave_the_reading_unclear(sp
 @pytest.mark.parametrize(("growth", "free"), [(1.24, True), (1.26, False), (1.76, False)])
 def test_almost_for_free_only_for_a_small_growth(growth, free):
     # step time clearly grew (2% spreads) but far less than the 8x batch: flat either way; free only when small
-    d = readings.batch_scaling({64: around(2.9e-3), 512: around(2.9e-3 * growth)})
-    assert d.kind == readings.OVERHEAD_BOUND
+    d = lesson_05.batch_scaling({64: around(2.9e-3), 512: around(2.9e-3 * growth)})
+    assert d.kind == lesson_05.OVERHEAD_BOUND
     assert ("almost for free" in d.sentence) is free
     assert ("stayed nearly flat" in d.sentence) is free
     if not free:
@@ -127,8 +127,8 @@ def test_almost_for_free_only_for_a_small_growth(growth, free):
 def test_a_fall_in_images_per_second_stops_the_reading_and_is_named():
     # lesson 05's CPU rows: images/s rose up to batch 512 (101,146/s) and fell at batch 2048 (63,789/s)
     steps = {32: around(1.79e-3, 0.2), 128: around(2.73e-3, 0.17), 512: around(5.06e-3, 0.04), 2048: around(32.11e-3)}
-    d = readings.batch_scaling(steps, label="cpu")
-    assert d.kind == readings.IN_BETWEEN
+    d = lesson_05.batch_scaling(steps, label="cpu")
+    assert d.kind == lesson_05.IN_BETWEEN
     assert d.sentence.startswith(
         "cpu: step time grew, but less than the batch did: 1.8 ms a step at batch 32, 5.1 ms at batch 512, 2.83x "
         "the time for 16x the images."
@@ -143,34 +143,34 @@ def test_a_fall_in_images_per_second_stops_the_reading_and_is_named():
 
 def test_images_per_second_level_within_the_noise_is_no_fall():
     # batch 2048 takes 4x the time of batch 512: images/s level, not fallen, so the reading runs to 2048
-    d = readings.batch_scaling({32: around(1.8e-3), 512: around(5e-3), 2048: around(5e-3 * 4.1)})
+    d = lesson_05.batch_scaling({32: around(1.8e-3), 512: around(5e-3), 2048: around(5e-3 * 4.1)})
     assert "fell" not in d.sentence and "up to batch" not in d.sentence
     assert "at batch 2048" in d.sentence
 
 
 def test_a_fall_from_the_smallest_batch_on():
-    d = readings.batch_scaling({32: around(1e-3), 64: around(3e-3)})
-    assert d.kind == readings.COMPUTE_BOUND
+    d = lesson_05.batch_scaling({32: around(1e-3), 64: around(3e-3)})
+    assert d.kind == lesson_05.COMPUTE_BOUND
     assert d.sentence.startswith("Step time grew more than in proportion to the batch")
     assert "Images per second fell from batch 32 to batch 64" in d.sentence
     assert d.sentence.endswith("batch 32 trained the most images per second (32,000).")
 
 
 def test_step_time_growth_inside_the_noise_of_proportional_is_compute_bound():
-    d = readings.batch_scaling({32: [9e-3, 10e-3, 11e-3], 256: [50e-3, 60e-3, 90e-3]})  # 6x: exponent 0.86
-    assert d.kind == readings.COMPUTE_BOUND
-    d = readings.batch_scaling({32: [9e-3, 10e-3, 11e-3], 256: [30e-3, 45e-3, 75e-3]})  # 4.5x, overlaps 8x
-    assert d.kind == readings.COMPUTE_BOUND
+    d = lesson_05.batch_scaling({32: [9e-3, 10e-3, 11e-3], 256: [50e-3, 60e-3, 90e-3]})  # 6x: exponent 0.86
+    assert d.kind == lesson_05.COMPUTE_BOUND
+    d = lesson_05.batch_scaling({32: [9e-3, 10e-3, 11e-3], 256: [30e-3, 45e-3, 75e-3]})  # 4.5x, overlaps 8x
+    assert d.kind == lesson_05.COMPUTE_BOUND
 
 
 def test_step_time_that_shrinks_is_not_called_flat():
-    d = readings.batch_scaling({32: around(10e-3), 256: around(5e-3)})
-    assert d.kind == readings.OVERHEAD_BOUND and "did not grow with the batch" in d.sentence
+    d = lesson_05.batch_scaling({32: around(10e-3), 256: around(5e-3)})
+    assert d.kind == lesson_05.OVERHEAD_BOUND and "did not grow with the batch" in d.sentence
 
 
 def test_batch_scaling_needs_two_batch_sizes():
     with pytest.raises(ValueError, match="two or more batch sizes"):
-        readings.batch_scaling({32: [1.0]})
+        lesson_05.batch_scaling({32: [1.0]})
 
 
 def cnn_steps(device: str, busy: dict[int, float]) -> dict[str, dict[int, lesson_05.Measurement]]:
@@ -249,7 +249,7 @@ def test_agreement_within_and_outside_the_spread():
 
 def test_measure_counts_the_images_of_a_timed_pass_not_of_the_warm_up():
     loader = [(torch.zeros(4, 1, 28, 28), torch.zeros(4, dtype=torch.long)) for _ in range(10)]
-    m = lesson_05.measure(loader, "data", torch.device("cpu"), batches=None, repeats=2, warmup_batches=3)
+    m = lesson_05.measure_feed(loader, "data", torch.device("cpu"), batches=None, repeats=2, warmup_batches=3)
     assert (m.images, m.batches) == (40, 10)  # the warm-up ran 3 batches, 12 images
     assert m.images_per_second == pytest.approx(40 / m.seconds)
     assert m.step_seconds == pytest.approx(m.seconds / 10)

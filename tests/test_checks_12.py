@@ -7,7 +7,7 @@ from exercises.checks import CHECKERS
 COVERED = {"12_node_rank", "12_node_line"}
 NODE0 = (
     "torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=10.20.0.5:29500 --rdzv-id=mnist-7 "
-    "--rdzv-conf=is_host=1 --local-addr=10.20.0.5 -m helpers.elastic_train --device cuda --steps 600"
+    "--rdzv-conf=is_host=1 --local-addr=10.20.0.5 -m lessons.lesson_13 --device cuda --steps 600"
 )
 NODE1 = NODE0.replace("is_host=1", "is_host=0").replace("--local-addr=10.20.0.5", "--local-addr=10.20.0.6")
 PLAIN = NODE0.replace("--rdzv-conf=is_host=1 --local-addr=10.20.0.5 ", "")
@@ -49,10 +49,10 @@ def test_node_line() -> None:
     assert not check(NODE1.replace("--nproc-per-node=4", "--nproc-per-node=1"))
     assert not check(NODE1.replace("c10d", "static"))
     assert not check(NODE1.replace("--steps 600", "--steps 60"))
-    assert not check(NODE1.replace("-m helpers.elastic_train", "helpers/elastic_train.py"))
-    assert not check("torchrun --standalone --nproc-per-node=4 -m helpers.elastic_train --device cuda --steps 600")
+    assert not check(NODE1.replace("-m lessons.lesson_13", "lessons/lesson_13.py"))
+    assert not check("torchrun --standalone --nproc-per-node=4 -m lessons.lesson_13 --device cuda --steps 600")
     assert not check("torchrun --nnodes=2")  # no script: torchrun's parser refuses it
-    assert not check("python -m helpers.elastic_train")
+    assert not check("python -m lessons.lesson_13")
     assert not check("torchrun --nnodes=2 'unclosed")
     assert not check(["torchrun"])
     assert not check(None)  # the untouched cell

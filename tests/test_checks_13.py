@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from exercises.checks import CHECKERS
-from helpers import elastic_train
+from lessons import lesson_13 as elastic_train
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "13_surviving_a_crash.ipynb"
 COVERED = {"13_resume", "13_steps_redone"}
@@ -56,7 +56,7 @@ def test_resume_reference_passes(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_the_helper_resume_does_what_the_exercise_asks() -> None:
-    """helpers.elastic_train.resume, which also restores a rank's random state, passes once given one."""
+    """lessons.lesson_13.resume, which also restores a rank's random state, passes once given one."""
     import torch
 
     def resume(state, model, optimizer, schedule):

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from torch.distributed.run import get_args_parser
 
-from helpers import elastic_train
+from lessons import lesson_13 as elastic_train
 
 ROOT = Path(__file__).resolve().parents[1]
 SBATCH = ROOT / "cluster" / "slurm" / "train.sbatch"
@@ -27,7 +27,7 @@ TRAINJOB = ROOT / "cluster" / "kubernetes" / "trainjob.yaml"
 def torchrun_args(words: list[str]):
     """The words after ``torchrun``, read by torchrun's parser; the script must be the course's, its arguments valid."""
     args = get_args_parser().parse_args(words)
-    assert args.module and args.training_script == "helpers.elastic_train"
+    assert args.module and args.training_script == "lessons.lesson_13"
     elastic_train.parse_args(args.training_script_args)  # exits (a test failure) on an argument the script lacks
     return args
 
@@ -106,7 +106,7 @@ def test_a_signal_to_the_batch_shell_stops_the_training_and_queues_the_job_again
         job.wait()
     assert (tmp_path / "srun.log").read_text().split() == ["started", "TERM"]  # passed on to srun as SIGTERM
     assert (tmp_path / "scontrol.txt").read_text().split() == ["requeue", "4242"]
-    assert job.returncode == 75, said  # STOPPED, as helpers.elastic_train's workers exit
+    assert job.returncode == 75, said  # STOPPED, as lessons.lesson_13's workers exit
     assert f"got {signum.name}" in said
 
 

@@ -5,6 +5,7 @@ lesson's own code in lessons/lesson_07 (the unused-parameter demonstration, the 
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import os
@@ -319,19 +320,26 @@ def test_the_rank_figure_colours_each_sample_by_its_rank() -> None:
 
 
 @pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
-def test_join_group_joins_through_the_printed_scripts_setup(monkeypatch) -> None:
-    # One copy of joining a group: the later lessons' join_group runs lesson 07's setup, the lines the lesson prints.
+def test_the_later_scripts_join_through_the_printed_scripts_setup(monkeypatch) -> None:
+    # One copy of joining a group: train_in_group, through which lessons 13 and 14 join, runs lesson 07's setup.
+    from lessons import lesson_07
+
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(name, raising=False)
-    calls = []
+    calls, seen = [], []
     real = ddp_train.setup
     monkeypatch.setattr(
         ddp_train, "setup", lambda choice, timeout: calls.append((choice, timeout)) or real(choice, timeout)
     )
+
+    def train(args, data, device):
+        seen.append((data, device, torch.distributed.get_world_size(), torch.distributed.get_backend()))
+
+    args = argparse.Namespace(device="cpu", timeout=7.0)
     try:
-        assert distributed.join_group("cpu", 7.0) == torch.device("cpu")
+        assert lesson_07.train_in_group(args, train, "the data") == 0
         assert calls == [("cpu", 7.0)]
-        assert torch.distributed.get_world_size() == 1 and torch.distributed.get_backend() == "gloo"
+        assert seen == [("the data", torch.device("cpu"), 1, "gloo")]
     finally:
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()

@@ -1,5 +1,5 @@
 """Two torchrun agents on this machine as two nodes (helpers.nodes), and training that survives a crashed worker
-(helpers.elastic_train): the group restarts, resumes from the last checkpoint and ends with the weights of a run that
+(lessons.lesson_13): the group restarts, resumes from the last checkpoint and ends with the weights of a run that
 never crashed, on the torch in use (CI runs this file on the floor, 2.8, and on the lock)."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import elastic_train, nodes
+from helpers import nodes
+from lessons import lesson_13 as elastic_train
 
 pytestmark = pytest.mark.slow  # each test starts two torchrun agents and their workers
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import distributed, elastic_train, nodes
+from helpers import distributed, nodes
+from lessons import lesson_13 as elastic_train
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG_RUN = ["--device", "cpu", "--steps", "100000", "--every", "100000", "--synthetic-size", "64", "--timeout", "10"]

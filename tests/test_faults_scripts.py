@@ -1,4 +1,4 @@
-"""The course's training scripts (lessons.lesson_07.ddp_train through lessons.lesson_07.harness, helpers.elastic_train,
+"""The course's training scripts (lessons.lesson_07.ddp_train through lessons.lesson_07.harness, lessons.lesson_13,
 lessons.lesson_14) given a bad --out, a checkpoint they cannot resume from, --help, or the temporary file of a save
 that was killed: one line naming the fix and no traceback, before any training."""
 
@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import distributed, elastic_train
+from helpers import distributed
 from helpers.checkpoints import remove_leftovers, save_checkpoint
 from helpers.models import build_model
+from lessons import lesson_13 as elastic_train
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ("lessons.lesson_07.harness", "helpers.elastic_train", "lessons.lesson_14")  # ddp_train through its harness
+SCRIPTS = ("lessons.lesson_07.harness", "lessons.lesson_13", "lessons.lesson_14")  # ddp_train through its harness
 QUICK = ["--synthetic-size", "64", "--device", "cpu"]
 
 
@@ -65,7 +66,7 @@ def test_an_out_under_a_file_or_unwritable_is_refused_before_training(tmp_path: 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module", ["helpers.elastic_train", "lessons.lesson_14"])
+@pytest.mark.parametrize("module", ["lessons.lesson_13", "lessons.lesson_14"])
 def test_help_exits_0_and_a_usage_error_exits_2(module: str) -> None:
     shown = run_script(module, "--help")
     assert shown.returncode == 0, shown.stderr[-3000:]
@@ -100,16 +101,14 @@ def test_resume_problem_names_another_script_model_or_world_size() -> None:
 @pytest.mark.slow
 def test_another_models_or_another_scripts_checkpoint_is_refused_in_one_line(tmp_path: Path) -> None:
     save_checkpoint(_state("linear"), tmp_path / elastic_train.CHECKPOINT)
-    line = one_line(run_script("helpers.elastic_train", *QUICK, "--steps", "4", "--out", str(tmp_path)))
+    line = one_line(run_script("lessons.lesson_13", *QUICK, "--steps", "4", "--out", str(tmp_path)))
     path = tmp_path / elastic_train.CHECKPOINT
-    assert line.startswith(f"helpers.elastic_train: cannot resume from {path}: it holds another model's weights")
+    assert line.startswith(f"lessons.lesson_13: cannot resume from {path}: it holds another model's weights")
     assert line.endswith(f"Fix: give another --out to start at step 0, or delete {path}.")
     assert not (tmp_path / elastic_train.LOSSES).exists()  # no step was trained
     save_checkpoint({"model": build_model("mlp").state_dict(), "epoch": 2}, path)  # lessons.lesson_07.ddp_train's keys
-    line = one_line(run_script("helpers.elastic_train", *QUICK, "--steps", "4", "--out", str(tmp_path)))
-    assert (
-        "it lacks 'optimizer', 'schedule', 'step', 'position', 'rng': it was not saved by helpers.elastic_train" in line
-    )
+    line = one_line(run_script("lessons.lesson_13", *QUICK, "--steps", "4", "--out", str(tmp_path)))
+    assert "it lacks 'optimizer', 'schedule', 'step', 'position', 'rng': it was not saved by lessons.lesson_13" in line
 
 
 @pytest.mark.slow
@@ -117,7 +116,7 @@ def test_a_one_process_checkpoint_resumed_by_two_is_refused_by_every_rank(tmp_pa
     save_checkpoint(_state(processes=1), tmp_path / elastic_train.CHECKPOINT)
     start = time.monotonic()
     args = [*QUICK, "--steps", "4", "--timeout", "90", "--out", str(tmp_path)]
-    done = distributed.torchrun(2, args, timeout=150, module="helpers.elastic_train")
+    done = distributed.torchrun(2, args, timeout=150, module="lessons.lesson_13")
     assert done.returncode != 0
     assert "saved by a job of 1 processes and this one has 2" in done.stderr, done.stderr[-3000:]
     assert "IndexError" not in done.stderr and done.stderr.count("cannot resume from") == 1  # rank 0 alone says it
@@ -171,7 +170,7 @@ def test_the_next_start_removes_the_temporary_file_of_a_killed_save(tmp_path: Pa
     _kill_in_save(tmp_path / elastic_train.CHECKPOINT)
     [leftover] = [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     (tmp_path / "mine.tmp").write_text("a file of the learner's")
-    done = run_script("helpers.elastic_train", *QUICK, "--steps", "2", "--every", "1", "--out", str(tmp_path))
+    done = run_script("lessons.lesson_13", *QUICK, "--steps", "2", "--every", "1", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"[rank 0] removed {leftover}, left by a save of resume.pt that was killed mid-write" in done.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["mine.tmp", "final.pt", "losses.jsonl", "resume.pt"])

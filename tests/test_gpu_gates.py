@@ -44,21 +44,3 @@ def test_machine_gpus_asks_the_machine_whatever_the_lessons_device(monkeypatch, 
     machine_with_gpus(monkeypatch, gpus)
     assert devices.machine_gpus("the names", needed) is runs
     assert capsys.readouterr().out == line
-
-
-@pytest.mark.parametrize(
-    ("gpus", "device", "ids"),
-    [
-        (0, "cpu", []),
-        (1, "cpu", []),
-        (2, "cpu", []),
-        (1, "cuda", [0]),
-        (2, "cuda:0", [0, 1]),
-        (2, "cuda:1", [1, 0]),
-        (3, "cuda", [0, 1, 2]),
-    ],
-)
-def test_gpu_ids_are_empty_unless_the_lesson_runs_on_cuda_and_start_with_its_gpu(monkeypatch, gpus, device, ids):
-    machine_with_gpus(monkeypatch, gpus)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    assert devices.gpu_ids(device) == ids

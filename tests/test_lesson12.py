@@ -31,7 +31,7 @@ def test_the_lesson_shows_the_cluster_files_as_they_are(language: str, path: str
 def test_agent_line_types_torchrun_after_the_settings_of_an_env_prefix() -> None:
     command = nodes.agent_command(2, 4, "10.0.0.1:29500", "job", ["--steps", "3"], rdzv_conf="is_host=1")
     assert nodes.agent_line(command).startswith("torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d ")
-    assert nodes.agent_line(command).endswith("--rdzv-conf=is_host=1 -m helpers.elastic_train --steps 3")
+    assert nodes.agent_line(command).endswith("--rdzv-conf=is_host=1 -m lessons.lesson_13 --steps 3")
     shown = nodes.agent_line(nodes.on_gpus(command, [2, 3]))
     assert shown == "CUDA_VISIBLE_DEVICES=2,3 " + nodes.agent_line(command)
 

@@ -14,8 +14,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from helpers import distributed, elastic_train, nodes
+from helpers import distributed, nodes
 from helpers.checkpoints import load_checkpoint
+from lessons import lesson_13 as elastic_train
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "13_surviving_a_crash.ipynb"
 
@@ -23,7 +24,7 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "13_surviving_a_c
 ROOT_CAUSE = """\
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================
-helpers.elastic_train FAILED
+lessons.lesson_13 FAILED
 ------------------------------------------------------------
 Failures:
   <NO_OTHER_FAILURES>

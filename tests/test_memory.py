@@ -1,12 +1,11 @@
-"""Lesson 10's largest-batch search (lessons.lesson_10) runs against fake step functions, so no GPU is needed;
-helpers.memory's figures are read from CUDA where there is one, and from stand-ins for MPS and other accelerators."""
+"""Lesson 10's largest-batch search, its figure, its int32 bound and its cache release (lessons.lesson_10), run against
+fake step functions, so no GPU is needed."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from helpers import memory
 from helpers.models import CNN
 from lessons import lesson_10
 
@@ -121,17 +120,6 @@ def test_bad_arguments_raise_value_error(kwargs):
         lesson_10.largest_batch_size(FakeStep(limit=4), **kwargs)
 
 
-def test_format_bytes():
-    assert memory.format_bytes(512) == "512 B"
-    assert memory.format_bytes(1536) == "1.5 KiB"
-    assert memory.format_bytes(3 * 2**30) == "3.0 GiB"
-    assert memory.format_bytes(-(2**20)) == "-1.0 MiB"
-
-
-def test_no_memory_stats_on_cpu():
-    assert memory.memory_stats("cpu") is None
-
-
 def test_releasing_the_cache_collects_garbage_and_empties_only_a_cuda_cache(monkeypatch):
     collected, emptied = [], []
     monkeypatch.setattr(lesson_10.gc, "collect", lambda: collected.append(True))
@@ -141,22 +129,6 @@ def test_releasing_the_cache_collects_garbage_and_empties_only_a_cuda_cache(monk
     assert (collected, emptied) == ([True], [])
     lesson_10.release_cached_memory("cuda:0")
     assert (collected, emptied) == ([True, True], [True])
-
-
-def test_memory_stats_str():
-    stats = memory.MemoryStats(allocated=2**20, reserved=3 * 2**20, peak_allocated=2**21, peak_reserved=2**22)
-    assert str(stats) == "allocated 1.0 MiB | reserved 3.0 MiB | peak allocated 2.0 MiB | peak reserved 4.0 MiB"
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_memory_stats_on_cuda():
-    device = torch.device("cuda")
-    torch.cuda.reset_peak_memory_stats(device)
-    before = memory.memory_stats(device)
-    x = torch.empty(2**20, device=device)
-    after = memory.memory_stats(device)
-    assert after.allocated >= before.allocated + x.numel() * 4
-    assert after.reserved >= after.allocated
 
 
 def test_max_size_lets_the_search_grow_from_a_modest_start():
@@ -186,39 +158,6 @@ def test_max_size_does_not_change_a_search_that_halves():
 def test_bad_max_size_raises_value_error(max_size):
     with pytest.raises(ValueError, match="max_size"):
         lesson_10.largest_batch_size(FakeStep(limit=4), 1024, max_size=max_size)
-
-
-def test_memory_stats_on_mps_use_the_mps_counters(monkeypatch):
-    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
-    monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: 2**20, raising=False)
-    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 3 * 2**20, raising=False)
-    stats = memory.memory_stats("mps")
-    assert (stats.allocated, stats.reserved, stats.peak_allocated) == (2**20, 3 * 2**20, None)
-    assert str(stats) == "allocated 1.0 MiB | reserved 3.0 MiB | no peak figures on this backend"
-
-
-def test_memory_stats_on_mps_without_mps_is_none(monkeypatch):
-    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
-    assert memory.memory_stats("mps") is None
-
-
-def test_memory_stats_on_another_accelerator_use_torch_accelerator(monkeypatch):
-    figures = {"memory_allocated": 10, "memory_reserved": 20, "max_memory_allocated": 15, "max_memory_reserved": 25}
-    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
-    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("xpu"))
-    monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 0)
-    for name, value in figures.items():
-        # raising=False: torch 2.8 has no torch.accelerator memory functions, so the test adds them.
-        monkeypatch.setattr(torch.accelerator, name, lambda index, value=value: value, raising=False)
-    stats = memory.memory_stats("xpu")
-    assert stats == memory.MemoryStats(allocated=10, reserved=20, peak_allocated=15, peak_reserved=25)
-
-
-def test_another_accelerator_on_a_torch_without_the_generic_memory_api_has_no_stats(monkeypatch):
-    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
-    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("xpu"))
-    monkeypatch.delattr(torch.accelerator, "memory_allocated", raising=False)  # as on torch 2.8
-    assert memory.memory_stats("xpu") is None
 
 
 def test_relative_resolution_stops_within_that_fraction_of_the_size_that_fitted():

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import elastic_train, nodes
+from helpers import nodes
 from helpers.distributed import run_together
+from lessons import lesson_13 as elastic_train
 
 pytestmark = pytest.mark.slow  # two torchrun agents and their workers
 

@@ -103,15 +103,15 @@ def _lesson06_data_parallel(gpu_ids: list[int]):
 
 
 @pytest.mark.parametrize(
-    ("device", "current", "expected"),
-    [("cpu", 0, []), ("meta", 0, []), ("cuda", 0, [0, 1, 2]), ("cuda", 2, [2, 0, 1]), ("cuda:1", 0, [1, 0, 2])],
+    ("device", "expected"),
+    [("cpu", []), ("meta", []), ("cuda:0", [0, 1, 2]), ("cuda:2", [2, 0, 1]), ("cuda:1", [1, 0, 2])],
 )
-def test_lesson06_lists_every_cuda_gpu_its_own_first_and_none_off_cuda(monkeypatch, device, current, expected) -> None:
-    """Lesson 06's ``gpu_ids`` cell on a faked machine with three CUDA GPUs."""
+def test_lesson06_lists_every_cuda_gpu_its_own_first_and_none_off_cuda(monkeypatch, device, expected) -> None:
+    """Lesson 06's ``gpu_ids`` cell on a faked machine with three CUDA GPUs; the lesson's device always carries its
+    index (``lesson.start`` names it: cuda:0, not cuda)."""
     import nbformat
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
     nb = nbformat.read(ROOT / "notebooks" / "06_data_parallel.ipynb", as_version=4)
     namespace = {"torch": torch, "device": torch.device(device)}
     exec(next(c.source for c in nb.cells if c.get("id") == "c06"), namespace)

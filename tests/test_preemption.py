@@ -1,4 +1,4 @@
-"""A run stopped by the cluster (helpers.elastic_train): on SIGTERM or SIGUSR1 every rank stops after the same step,
+"""A run stopped by the cluster (lessons.lesson_13): on SIGTERM or SIGUSR1 every rank stops after the same step,
 rank 0 writes the checkpoint, every worker exits with STOPPED, and the same command started again ends with the
 weights, the optimizer, the schedule and the random states of a run that was never stopped."""
 
@@ -20,8 +20,9 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler, TensorDataset
 
-from helpers import distributed, elastic_train
+from helpers import distributed
 from helpers.checkpoints import load_checkpoint
+from lessons import lesson_13 as elastic_train
 
 STEPS = 300  # long enough that a signal sent after a few steps lands mid-run, a few seconds on two CPU processes
 ARGS = ["--device", "cpu", "--steps", str(STEPS), "--every", "50", "--timeout", "30", "--synthetic-size", "256"]

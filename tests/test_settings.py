@@ -133,17 +133,17 @@ def test_an_unknown_dataset_names_the_variable_the_value_and_the_fix(monkeypatch
 
 def test_data_dir_is_the_folder_set_with_the_home_expanded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path / "data"))
-    assert settings.data_dir() == tmp_path / "data"
+    assert settings.data_dir_given() == tmp_path / "data"
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("COURSE_DATA_DIR", "~/datasets")
-    assert settings.data_dir() == tmp_path / "home" / "datasets"
+    assert settings.data_dir_given() == tmp_path / "home" / "datasets"
     assert settings.given("COURSE_DATA_DIR") == "~/datasets"  # messages show it as it was set
 
 
 def test_an_empty_or_unset_data_dir_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert settings.data_dir() is None and settings.given("COURSE_DATA_DIR") is None
+    assert settings.data_dir_given() is None and settings.given("COURSE_DATA_DIR") is None
     monkeypatch.setenv("COURSE_DATA_DIR", "")
-    assert settings.data_dir() is None and settings.given("COURSE_DATA_DIR") is None
+    assert settings.data_dir_given() is None and settings.given("COURSE_DATA_DIR") is None
 
 
 def test_a_data_dir_that_is_a_file_is_refused_naming_the_variable_and_the_fix(
@@ -190,7 +190,7 @@ def test_reading_every_setting_loads_nothing_heavy() -> None:
     code = (
         "import json, sys\n"
         "from helpers import settings\n"
-        "settings.device(), settings.quick(), settings.dataset(), settings.data_dir()\n"
+        "settings.device(), settings.quick(), settings.dataset(), settings.data_dir_given()\n"
         "print(json.dumps(sorted(m for m in ('torch', 'torchvision', 'nbformat', 'numpy') if m in sys.modules)))\n"
     )
     env = {"COURSE_DEVICE": "cpu", "COURSE_QUICK": "1", "COURSE_DATASET": "fashion-mnist", "COURSE_DATA_DIR": "data"}

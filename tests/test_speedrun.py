@@ -175,8 +175,8 @@ def test_the_sized_network_follows_the_device():
     X = torch.randn(2, 1, 28, 28)
     cpu, cuda, mps = torch.device("cpu"), torch.device("cuda"), torch.device("mps")
     assert isinstance(speedrun.sized_network(cpu, quick=False), models.MLP)
-    assert isinstance(speedrun.sized_network(cuda, quick=False), models.ConvBNNet)
-    assert isinstance(speedrun.sized_network(mps, quick=False), models.ConvBNNet)
+    assert isinstance(speedrun.sized_network(cuda, quick=False), speedrun.ConvBNNet)
+    assert isinstance(speedrun.sized_network(mps, quick=False), speedrun.ConvBNNet)
     wide, narrow = speedrun.sized_network(cuda, quick=False), speedrun.sized_network(cpu, quick=True)
     assert sum(p.numel() for p in wide.parameters()) > 20 * sum(p.numel() for p in narrow.parameters())
     for net in (wide, narrow, speedrun.sized_network(cpu, quick=False)):

@@ -9,6 +9,7 @@ from fake_device import FakeDevice
 from torch.autograd import DeviceType
 
 from helpers import readings, timing
+from lessons import lesson_05
 
 
 def t(*seconds: float) -> readings.Timing:
@@ -58,45 +59,45 @@ def test_per_unit_times_compare_different_batch_sizes():
 
 
 def test_launch_bound_when_the_steps_take_far_longer_than_the_device_works():
-    d = readings.launch_diagnosis(step_s=12.6e-3, device_s=1.2e-3)  # three steps of a small CNN on a fast GPU
-    assert d.kind == readings.LAUNCH_BOUND
+    d = lesson_05.launch_diagnosis(step_s=12.6e-3, device_s=1.2e-3)  # three steps of a small CNN on a fast GPU
+    assert d.kind == lesson_05.LAUNCH_BOUND
     assert "launch-bound" in d.sentence and "10%" in d.sentence
 
 
 def test_device_bound_when_the_device_is_busy():
-    d = readings.launch_diagnosis(step_s=10e-3, device_s=9.5e-3)
-    assert d.kind == readings.DEVICE_BOUND
+    d = lesson_05.launch_diagnosis(step_s=10e-3, device_s=9.5e-3)
+    assert d.kind == lesson_05.DEVICE_BOUND
 
 
 def test_partly_launch_bound_in_between():
-    assert readings.launch_diagnosis(step_s=10e-3, device_s=6e-3).kind == readings.PARTLY_LAUNCH_BOUND
+    assert lesson_05.launch_diagnosis(step_s=10e-3, device_s=6e-3).kind == lesson_05.PARTLY_LAUNCH_BOUND
 
 
 def test_no_device_timeline_on_a_cpu():
-    d = readings.launch_diagnosis(step_s=0.08, device_s=None)
-    assert d.kind == readings.NO_DEVICE_TIMELINE
+    d = lesson_05.launch_diagnosis(step_s=0.08, device_s=None)
+    assert d.kind == lesson_05.NO_DEVICE_TIMELINE
     assert "batch size" in d.sentence
     with pytest.raises(ValueError, match="step_s"):
-        readings.launch_diagnosis(0.0, 1.0)
+        lesson_05.launch_diagnosis(0.0, 1.0)
 
 
 def test_the_diagnosis_of_several_profiled_steps_prints_them_per_step_and_names_the_profiler():
     # Three profiled steps of 3.1 ms each on a GPU that worked 214.8 us in each: the figures of one step, not three.
-    d = readings.launch_diagnosis(step_s=9.3e-3, device_s=644.4e-6, steps=3)
-    assert d.kind == readings.LAUNCH_BOUND
+    d = lesson_05.launch_diagnosis(step_s=9.3e-3, device_s=644.4e-6, steps=3)
+    assert d.kind == lesson_05.LAUNCH_BOUND
     assert d.sentence.startswith("3 profiled steps: 3.1 ms a step against 214.8 us of device time a step")
     assert "profiler's own overhead" in d.sentence and "7%" in d.sentence
     assert "9.3 ms" not in d.sentence
-    one = readings.launch_diagnosis(step_s=3.1e-3, device_s=3.0e-3, steps=1)
-    assert one.kind == readings.DEVICE_BOUND and one.sentence.startswith("1 profiled step: 3.1 ms a step")
-    cpu = readings.launch_diagnosis(step_s=26.1e-3, device_s=None, steps=3)
-    assert cpu.kind == readings.NO_DEVICE_TIMELINE
+    one = lesson_05.launch_diagnosis(step_s=3.1e-3, device_s=3.0e-3, steps=1)
+    assert one.kind == lesson_05.DEVICE_BOUND and one.sentence.startswith("1 profiled step: 3.1 ms a step")
+    cpu = lesson_05.launch_diagnosis(step_s=26.1e-3, device_s=None, steps=3)
+    assert cpu.kind == lesson_05.NO_DEVICE_TIMELINE
     assert cpu.sentence.startswith("3 profiled steps took 26.1 ms, 8.7 ms a step (the profiler's own overhead")
     # Without steps the sentence is the one the benchmarks print for a single step's figures.
-    assert readings.launch_diagnosis(9.3e-3, 644.4e-6).sentence.startswith("9.3 ms of steps against 644.4 us")
+    assert lesson_05.launch_diagnosis(9.3e-3, 644.4e-6).sentence.startswith("9.3 ms of steps against 644.4 us")
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="steps"):
-            readings.launch_diagnosis(9.3e-3, 644.4e-6, steps=bad)
+            lesson_05.launch_diagnosis(9.3e-3, 644.4e-6, steps=bad)
 
 
 # reference_drift: the same step timed at two moments of a run
@@ -135,30 +136,32 @@ def test_drift_is_read_against_the_larger_spread_of_the_two_and_never_below_the_
 
 def test_flat_step_time_is_overhead_bound():
     # 2.5 ms at every batch size from 32 to 2048
-    d = readings.batch_scaling({32: t(2.4e-3, 2.5e-3, 2.6e-3), 2048: t(2.5e-3, 2.6e-3, 2.7e-3)})
-    assert d.kind == readings.OVERHEAD_BOUND
+    d = lesson_05.batch_scaling({32: t(2.4e-3, 2.5e-3, 2.6e-3), 2048: t(2.5e-3, 2.6e-3, 2.7e-3)})
+    assert d.kind == lesson_05.OVERHEAD_BOUND
 
 
 def test_proportional_step_time_is_compute_bound():
-    d = readings.batch_scaling({64: t(4e-3, 4.1e-3, 4.2e-3), 256: t(15e-3, 16e-3, 17e-3), 1024: t(62e-3, 64e-3, 66e-3)})
-    assert d.kind == readings.COMPUTE_BOUND
+    d = lesson_05.batch_scaling(
+        {64: t(4e-3, 4.1e-3, 4.2e-3), 256: t(15e-3, 16e-3, 17e-3), 1024: t(62e-3, 64e-3, 66e-3)}
+    )
+    assert d.kind == lesson_05.COMPUTE_BOUND
     assert "15.61x the time for 16x the images" in d.sentence
 
 
 def test_in_between():
-    d = readings.batch_scaling({64: t(9e-3, 10e-3, 11e-3), 1024: t(38e-3, 40e-3, 42e-3)})  # exponent 0.5
-    assert d.kind == readings.IN_BETWEEN
+    d = lesson_05.batch_scaling({64: t(9e-3, 10e-3, 11e-3), 1024: t(38e-3, 40e-3, 42e-3)})  # exponent 0.5
+    assert d.kind == lesson_05.IN_BETWEEN
 
 
 def test_growth_inside_the_noise_is_flat():
     # the medians grew 1.2x (exponent 0.13), but the repeats overlap: no measurable growth
-    d = readings.batch_scaling({64: t(4e-3, 5e-3, 6e-3), 256: t(5.5e-3, 6e-3, 7e-3)})
-    assert d.kind == readings.OVERHEAD_BOUND
+    d = lesson_05.batch_scaling({64: t(4e-3, 5e-3, 6e-3), 256: t(5.5e-3, 6e-3, 7e-3)})
+    assert d.kind == lesson_05.OVERHEAD_BOUND
 
 
 def test_batch_scaling_needs_two_sizes():
     with pytest.raises(ValueError, match="two or more batch sizes"):
-        readings.batch_scaling({64: t(1.0)})
+        lesson_05.batch_scaling({64: t(1.0)})
 
 
 # time_on_device with a minimum repeat time
@@ -208,14 +211,14 @@ def test_profile_summary_on_a_gpu():
         ev("void sgemm_kernel", 0.0, 600.0, DeviceType.CUDA),
         ev("void conv_kernel", 0.0, 200.0, DeviceType.CUDA),
     ]
-    s = readings.profile_summary(events, device_timeline=True)
+    s = lesson_05.profile_summary(events, device_timeline=True)
     assert s.cpu_side_s == pytest.approx(1300e-6)
     assert s.device_s == pytest.approx(800e-6)  # the 3 ms range is not counted
     assert [r.name for r in s.rows] == ["aten::addmm", "aten::convolution", "cudaLaunchKernel"]
     table = s.table()
     assert "75.0%" in table  # addmm's share of the device time
     assert "% device" in table
-    assert readings.launch_diagnosis(s.cpu_side_s, s.device_s).kind == readings.PARTLY_LAUNCH_BOUND
+    assert lesson_05.launch_diagnosis(s.cpu_side_s, s.device_s).kind == lesson_05.PARTLY_LAUNCH_BOUND
 
 
 def test_the_diagnosis_reads_the_steps_wall_time_not_the_cpu_time_of_every_thread():
@@ -230,17 +233,19 @@ def test_the_diagnosis_reads_the_steps_wall_time_not_the_cpu_time_of_every_threa
         ev("aten::convolution_backward", 7500.0, 6000.0, count=3),
         ev("void conv_kernel", 0.0, 7000.0, DeviceType.CUDA),
     ]
-    s = readings.profile_summary(events, device_timeline=True)
+    s = lesson_05.profile_summary(events, device_timeline=True)
     assert s.cpu_side_s == pytest.approx(16.65e-3)
     assert s.step_s == pytest.approx(12e-3)
-    assert readings.launch_diagnosis(s.step_s, s.device_s).kind == readings.PARTLY_LAUNCH_BOUND
-    assert readings.launch_diagnosis(s.cpu_side_s, s.device_s).kind == readings.LAUNCH_BOUND  # what counting twice said
-    assert readings.profile_summary(events[3:], device_timeline=True).step_s is None  # no schedule, no steps
+    assert lesson_05.launch_diagnosis(s.step_s, s.device_s).kind == lesson_05.PARTLY_LAUNCH_BOUND
+    assert (
+        lesson_05.launch_diagnosis(s.cpu_side_s, s.device_s).kind == lesson_05.LAUNCH_BOUND
+    )  # what counting twice said
+    assert lesson_05.profile_summary(events[3:], device_timeline=True).step_s is None  # no schedule, no steps
 
 
 def test_profile_summary_on_a_cpu_sorts_by_cpu_time_and_has_no_device_column():
     events = [ev("ProfilerStep#2", 50.0), ev("aten::mm", 100.0), ev("aten::mkldnn_convolution", 700.0)]
-    s = readings.profile_summary(events, device_timeline=False)
+    s = lesson_05.profile_summary(events, device_timeline=False)
     assert s.device_s is None
     assert [r.name for r in s.rows] == ["aten::mkldnn_convolution", "aten::mm"]
     assert s.cpu_side_s == pytest.approx(850e-6)
@@ -252,7 +257,7 @@ def test_profile_summary_on_a_cpu_sorts_by_cpu_time_and_has_no_device_column():
 
 def test_every_share_is_at_most_the_whole():
     events = [ev(f"op{i}", 10.0 * i, 5.0 * i) for i in range(1, 6)] + [ev("k", 0.0, 75.0, DeviceType.CUDA)]
-    s = readings.profile_summary(events, device_timeline=True)
+    s = lesson_05.profile_summary(events, device_timeline=True)
     assert sum(r.self_cpu_s for r in s.rows) <= s.cpu_side_s + 1e-12
     assert all(r.self_device_s <= s.device_s for r in s.rows)
 
@@ -288,9 +293,9 @@ def test_range_totals_come_from_the_cpu_side_entry_only():
         ev("aten::mm", 100.0, 600.0, cpu_total_us=120.0),
     ]
     for events in (cpu_first, cpu_first[::-1]):
-        s = readings.profile_summary(events, device_timeline=True)
+        s = lesson_05.profile_summary(events, device_timeline=True)
         assert s.ranges_cpu_s == pytest.approx({"next batch": 300e-6, "train step": 9000e-6})
-    assert readings.profile_summary(cpu_first[:2], device_timeline=False).ranges_cpu_s == pytest.approx(
+    assert lesson_05.profile_summary(cpu_first[:2], device_timeline=False).ranges_cpu_s == pytest.approx(
         {"next batch": 300e-6, "train step": 9000e-6}
     )
 
@@ -304,10 +309,10 @@ def test_kernel_launches_are_added_up_under_a_table_sorted_by_device_time():
         ev("cudaMemcpyAsync", 50.0, count=2),  # a copy, not a launch
         ev("void sgemm_kernel", 0.0, 600.0, DeviceType.CUDA),
     ]
-    s = readings.profile_summary(events, device_timeline=True)
+    s = lesson_05.profile_summary(events, device_timeline=True)
     assert (s.launch_calls, s.launch_cpu_s) == (35, pytest.approx(500e-6))
     table = s.table(limit=2)
     assert "cudaLaunchKernel" not in table.split("CPU-side time")[0]  # no device time: not among the top rows
     assert "kernel launches (cudaLaunchKernel and the like): 35 calls, 500.0 us of self CPU time, 52.6% of" in table
-    on_cpu = readings.profile_summary([ev("aten::mm", 100.0), ev("aten::addmm", 50.0)], device_timeline=False)
+    on_cpu = lesson_05.profile_summary([ev("aten::mm", 100.0), ev("aten::addmm", 50.0)], device_timeline=False)
     assert on_cpu.launch_calls == 0 and "kernel launches" not in on_cpu.table()

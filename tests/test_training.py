@@ -1,4 +1,5 @@
-"""helpers.training on tiny synthetic data: learning happens, accuracy is counted right, runs repeat, modes are set."""
+"""helpers.training: the evaluation loop on tiny synthetic data (counted right, modes set and restored) and the
+progress bar with and without ipywidgets, in a terminal and in a notebook."""
 
 from __future__ import annotations
 
@@ -44,19 +45,6 @@ class ModeSpy(nn.Module):
         return self.linear(X)
 
 
-def test_fit_learns_and_records_history():
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
-    train, val = loaders()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    history = training.fit(model, train, val, opt, epochs=4, progress=False)
-    assert len(history) == 4
-    assert len(history.val_accuracy) == len(history.seconds) == 4
-    assert history.train_loss[-1] < history.train_loss[0]
-    assert history.val_accuracy[-1] > 0.9
-    assert len(history.train_accuracy) == len(history.val_loss) == 4
-
-
 def test_evaluate_on_a_hand_made_case():
     # Identity weights: the logits are the inputs themselves, so the right answers can be counted by eye.
     model = nn.Linear(3, 3, bias=False)
@@ -73,50 +61,10 @@ def test_evaluate_on_a_hand_made_case():
     assert result["loss"] == pytest.approx((3 * right + 2 * wrong) / 5)
 
 
-def test_train_epoch_counts_what_it_trained_on():
-    model = nn.Linear(3, 3, bias=False)
-    with torch.no_grad():
-        model.weight.copy_(torch.eye(3))
-    X = torch.tensor([[5.0, 0.0, 0.0], [0.0, 0.0, 5.0]])
-    y = torch.tensor([0, 1])
-    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # no update, so the figures are those of the identity
-    result = training.train_epoch(model, [(X, y)], opt)
-    assert result["accuracy"] == 0.5
-    assert result["loss"] == pytest.approx(F.cross_entropy(X, y).item())
-
-
-def test_same_seed_same_run():
-    def run() -> tuple[training.History, list[torch.Tensor]]:
-        torch.manual_seed(1)
-        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 2))
-        train, val = loaders()
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        history = training.fit(model, train, val, opt, epochs=2, seed=5, progress=False)
-        return history, [p.detach().clone() for p in model.parameters()]
-
-    (h1, p1), (h2, p2) = run(), run()
-    assert h1.train_loss == h2.train_loss and h1.val_accuracy == h2.val_accuracy
-    assert all(torch.equal(a, b) for a, b in zip(p1, p2, strict=True))
-
-
-def test_different_seed_different_run():
-    results = []
-    for seed in (5, 6):
-        torch.manual_seed(1)
-        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 2))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        results.append(training.fit(model, loaders()[0], None, opt, epochs=1, seed=seed, progress=False).train_loss)
-    assert results[0] != results[1]
-
-
-def test_modes_and_no_grad():
+def test_evaluate_runs_in_eval_mode_without_grad_and_restores_the_mode():
     model = ModeSpy()
-    train, val = loaders()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    model.eval()  # train_epoch must switch it back on
-    training.train_epoch(model, train, opt)
-    assert model.seen and all(seen == (True, True) for seen in model.seen)
-    model.seen.clear()
+    _, val = loaders()
+    model.train()
     training.evaluate(model, val)
     assert model.seen and all(seen == (False, False) for seen in model.seen)
     assert model.training  # evaluate restores the mode it found
@@ -125,41 +73,8 @@ def test_modes_and_no_grad():
     assert not model.training
 
 
-def test_scheduler_steps_once_per_batch():
-    class Counter:
-        steps = 0
-
-        def step(self) -> None:
-            self.steps += 1
-
-    model = nn.Linear(8, 2)
-    train, _ = loaders()
-    sched = Counter()
-    training.train_epoch(model, train, torch.optim.SGD(model.parameters(), lr=0.1), scheduler=sched)
-    assert sched.steps == len(train)
-
-
-def test_progress_bar_advances_per_batch():
-    class Bar:
-        n = 0
-
-        def update(self, k: int) -> None:
-            self.n += k
-
-    model = nn.Linear(8, 2)
-    train, _ = loaders()
-    bar = Bar()
-    training.train_epoch(model, train, torch.optim.SGD(model.parameters(), lr=0.1), progress=bar)
-    assert bar.n == len(train)
-
-
 def test_bad_arguments():
     model = nn.Linear(8, 2)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.raises(ValueError, match="epochs"):
-        training.fit(model, loaders()[0], None, opt, epochs=0)
-    with pytest.raises(ValueError, match="no batches"):
-        training.train_epoch(model, [], opt)
     with pytest.raises(ValueError, match="no batches"):
         training.evaluate(model, [])
 
@@ -186,25 +101,16 @@ def test_the_simulated_notebook_is_where_tqdm_auto_warns(monkeypatch):
         importlib.import_module("tqdm.auto")
 
 
-def test_fit_falls_back_to_the_text_bar_quietly_without_ipywidgets(monkeypatch):
+def test_the_bar_falls_back_to_the_text_bar_quietly_without_ipywidgets(monkeypatch):
     from tqdm.std import TqdmWarning
     from tqdm.std import tqdm as text_bar
 
     notebook_without_ipywidgets(monkeypatch)
-    bars = []
-    real = training.progress_bar
-
-    def recording_bar(**kwargs):
-        bars.append(real(**kwargs))
-        return bars[-1]
-
-    monkeypatch.setattr(training, "progress_bar", recording_bar)
-    train, val = loaders()
-    model = nn.Linear(8, 2)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        training.fit(model, train, val, torch.optim.SGD(model.parameters(), lr=0.1), epochs=1, progress=False)
-    assert len(bars) == 1 and isinstance(bars[0], text_bar)
+        with training.progress_bar(total=3, file=io.StringIO()) as bar:
+            bar.update(3)
+    assert isinstance(bar, text_bar)
     assert [str(w.message) for w in seen if w.category is TqdmWarning] == []
     assert "tqdm.auto" not in sys.modules
 

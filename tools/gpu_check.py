@@ -76,7 +76,7 @@ FULL = "learner defaults"
 CPU_PASS = "quick mode: this pass checks that each GPU section steps aside when the lesson runs on the CPU"
 
 GPU_CODE = re.compile(
-    r"\b(gpu_section|machine_gpus|gpu_ids|cuda_gpu_count|enough_gpus|cuda_or_fake|gpu_or_meta)\(|\btorch\.cuda\b|\bnccl\b"
+    r"\b(gpu_section|machine_gpus|cuda_gpu_count|enough_gpus|cuda_or_fake|gpu_or_meta)\(|\btorch\.cuda\b|\bnccl\b"
 )
 """Code that marks a lesson as having GPU sections: the helpers' GPU gates, ``torch.cuda``, or nccl."""
 

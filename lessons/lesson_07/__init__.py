@@ -1,7 +1,8 @@
 """Lesson 07's own code. Here: what the lesson's cells call (the figure of which rank trains on which sample, the
-children's standard error collected, the model with a head the loss never uses and the two processes that train it).
-Beside it: ``ddp_train.py``, the DDP script the lesson prints and torchrun runs, and ``harness.py``, which runs that
-script's own ``setup`` and ``train`` with the course's checks and its failure demonstration around them."""
+children's standard error collected, the model with a head the loss never uses and the two processes that train it),
+and ``train_in_group``, through which the scripts of lessons 13 and 14 join their groups with the script's own
+``setup``. Beside it: ``ddp_train.py``, the DDP script the lesson prints and torchrun runs, and ``harness.py``, which
+runs that script's own ``setup`` and ``train`` with the course's checks and its failure demonstration around them."""
 
 from __future__ import annotations
 
@@ -20,10 +21,26 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from helpers.distributed import start_method, wait_for_exit
+from helpers.distributed import leaving_cleanly, start_method, stop_with_agent, wait_for_exit
 
 if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
+
     import matplotlib.pyplot as plt
+
+
+def train_in_group(args: argparse.Namespace, train: Callable[..., Any], data: Any) -> int:
+    """A training script's process from start to end: the group joined with ``ddp_train.setup`` (the lines lesson 07
+    prints), ``train(args, data, device)``, the group left cleanly (``leaving_cleanly``); 0 for the exit status. Under
+    torchrun the worker also ends when its agent is gone (``stop_with_agent``)."""
+    from lessons.lesson_07.ddp_train import setup
+
+    stop_with_agent()
+    device = setup(args.device, args.timeout)
+    with leaving_cleanly(args.timeout):
+        train(args, data, device)
+    return 0
 
 
 def plot_rank_assignment(owners: list[list[int]], title: str = "Which rank gets each sample") -> plt.Axes:

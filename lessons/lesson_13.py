@@ -1,6 +1,7 @@
-"""Training that survives a crashed worker: DDP with a checkpoint every K steps, resumed from on every start.
+"""Lesson 13's training script, which survives a crashed worker (lesson 12 runs it across two nodes): DDP with a
+checkpoint every K steps, resumed from on every start.
 
-    torchrun --nnodes 1 --nproc-per-node 2 --max-restarts 2 -m helpers.elastic_train --steps 60 --every 10
+    torchrun --nnodes 1 --nproc-per-node 2 --max-restarts 2 -m lessons.lesson_13 --steps 60 --every 10
 
 torchrun restarts every worker of the group when one of them dies (``--max-restarts``). Each start of this script
 loads the newest checkpoint, if there is one, and goes on from there: the model, the optimizer and the learning-rate
@@ -41,6 +42,7 @@ from helpers.checkpoints import load_checkpoint, remove_leftovers, save_checkpoi
 from helpers.distributed import say
 from helpers.models import build_model
 from helpers.single_train import load_data, parser
+from lessons.lesson_07 import train_in_group
 
 CHECKPOINT = "resume.pt"
 LOSSES = "losses.jsonl"
@@ -91,7 +93,7 @@ def all_agree_to_stop(requested: bool, device: torch.device) -> bool:
 
 
 def parse_args(argv: Sequence[str] | None = None):
-    p = parser("python -m helpers.elastic_train", __doc__.splitlines()[0])
+    p = parser("python -m lessons.lesson_13", __doc__.splitlines()[0])
     p.set_defaults(out="checkpoints/elastic")
     p.add_argument("--steps", type=arguments.positive_int, default=60, help="optimizer steps in all (default 60)")
     p.add_argument("--every", type=arguments.positive_int, default=10, help="steps between checkpoints (default 10)")
@@ -117,9 +119,9 @@ def group_attempt(device: torch.device) -> int:
 @record
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    distributed.check_out_folder(args.out, "helpers.elastic_train")  # a bad --out: one line with the fix, exit 2
+    distributed.check_out_folder(args.out, "lessons.lesson_13")  # a bad --out: one line with the fix, exit 2
     try:
-        return distributed.train_in_group(args, train, load_data(args)[0])  # nccl on a GPU of its own, else gloo
+        return train_in_group(args, train, load_data(args)[0])  # nccl on a GPU of its own, else gloo
     except Stopped:
         return STOPPED
 
@@ -235,7 +237,7 @@ def resume_problem(state: object, model: nn.Module, world_size: int) -> str | No
     processes); None when it can."""
     missing = [key for key in RESUME_KEYS if key not in state] if isinstance(state, dict) else list(RESUME_KEYS)
     if missing:
-        return f"it lacks {', '.join(map(repr, missing))}: it was not saved by helpers.elastic_train"
+        return f"it lacks {', '.join(map(repr, missing))}: it was not saved by lessons.lesson_13"
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     saved = {name: tuple(t.shape) for name, t in state["model"].items()} if isinstance(state["model"], dict) else {}
     if saved != expected:
@@ -257,7 +259,7 @@ def check_resumable(state: object, model: nn.Module, path: Path, world_size: int
     if problem:
         if dist.get_rank() == 0:
             fix = f"Fix: give another --out to start at step 0, or delete {path}"
-            say(f"helpers.elastic_train: cannot resume from {path}: {problem}. {fix}.", sys.stderr)
+            say(f"lessons.lesson_13: cannot resume from {path}: {problem}. {fix}.", sys.stderr)
         raise SystemExit(2)
 
 

@@ -105,7 +105,7 @@ def fresh_env(tmp_path_factory: pytest.TempPathFactory, borrowed: Path) -> tuple
 def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A git repository holding what GitHub would (the package and its build files) on a branch ``main``."""
     target = tmp_path_factory.mktemp("source")
-    for package in ("helpers", "exercises"):
+    for package in ("helpers", "lessons", "exercises"):  # what pyproject.toml's packages.find includes
         shutil.copytree(ROOT / package, target / package, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("course_setup.py", "pyproject.toml", "README.md", "LICENSE"):
         if (ROOT / name).exists():

@@ -20,6 +20,15 @@ pytestmark = pytest.mark.slow  # each starts a command that loads torch and runs
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def descendants(process: psutil.Process) -> list[psutil.Process]:
+    """Every process ``process`` has started, as far as they can be read now: a child that ends while psutil walks the
+    tree makes the walk fail, and the next poll reads it again."""
+    try:
+        return process.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
 def _interrupt(command: list[str], ready: Callable[[subprocess.Popen, psutil.Process], bool]) -> tuple[int, str, list]:
     """Start ``command`` in a session of its own, wait until ``ready``, send SIGINT to its process group; its exit
     status, its stderr, and the processes it had started that are still running afterwards."""
@@ -37,9 +46,9 @@ def _interrupt(command: list[str], ready: Callable[[subprocess.Popen, psutil.Pro
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and process.poll() is None and not ready(process, me):
-            started |= set(me.children(recursive=True))
+            started |= set(descendants(me))
             time.sleep(0.05)
-        started |= set(me.children(recursive=True))
+        started |= set(descendants(me))
         assert process.poll() is None, "the command ended before it could be interrupted"
         os.killpg(process.pid, signal.SIGINT)
         _, err = process.communicate(timeout=120)
@@ -67,9 +76,17 @@ def test_ctrl_c_ends_the_speedrun_with_one_line() -> None:
     assert left == []
 
 
+def command_of(process: psutil.Process) -> list[str]:
+    """A process's command line; empty for one that has ended or is a zombie by the time it is asked."""
+    try:
+        return process.cmdline()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return []
+
+
 def test_ctrl_c_ends_the_ddp_stress_run_and_its_launch_with_one_line() -> None:
     def launching(process: subprocess.Popen, me: psutil.Process) -> bool:
-        workers = [p for p in me.children(recursive=True) if "ddp_train" in " ".join(p.cmdline())]
+        workers = [p for p in descendants(me) if "lessons.lesson_07" in " ".join(command_of(p))]
         return len(workers) >= 2  # torchrun's two workers have started
 
     code, err, left = _interrupt([sys.executable, "tools/ddp_stress.py", "--launches", "3", "--busy", "1"], launching)

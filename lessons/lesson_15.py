@@ -68,7 +68,7 @@ def play(scene: str, rank: int, culprit: int, name: str, timeout: float, clean: 
     """This rank's part of ``scene``; the culprit is the rank that does something else."""
     if scene == "skip":
         if rank == culprit:
-            other_work(2 * timeout)  # and then it goes on, past the collective it skipped
+            other_work(timeout + 1)  # past the others' timeout; then it goes on, past the collective it skipped
         else:
             collective(name)
     elif scene == "shape":  # the same collective on tensors of another size
@@ -80,7 +80,7 @@ def play(scene: str, rank: int, culprit: int, name: str, timeout: float, clean: 
             collective(each)
     elif scene == "barrier":
         if rank == culprit:
-            other_work(2 * timeout)
+            other_work(timeout + 1)
         else:
             dist.monitored_barrier(timeout=datetime.timedelta(seconds=timeout), wait_all_ranks=True)
     elif scene == "leave":

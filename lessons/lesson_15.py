@@ -21,7 +21,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,15 +34,12 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from helpers import distributed
+from helpers.distributed import say
+from helpers.nodes import free_port
 
 SCENES = ("skip", "shape", "op", "order", "barrier", "leave", "crash")
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "barrier")
 READY = "ready"  # the word each rank prints, with its process id, just before the scene starts
-
-
-def say(line: str) -> None:
-    """One line on stdout at once, so that a rank's lines are there even if the process is killed."""
-    print(line, flush=True)
 
 
 def other_work(seconds: float) -> None:
@@ -158,12 +154,6 @@ class Staged(NamedTuple):
     said: list[str]  # each rank's stdout and stderr, in that order
     exits: list[int | None]  # None: still running at the deadline, then killed
     seconds: float
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rank_command(rank: int, world: int, port: int, scene: str, extra: Sequence[str] = ()) -> list[str]:

@@ -116,6 +116,9 @@ def run_rank(argv: Sequence[str] | None = None) -> int:
     try:
         play(args.scene, rank, args.culprit, args.collective, args.timeout, args.clean)
         say(f"[rank {rank}] done after {time.monotonic() - start:.1f} s")
+    except ValueError:  # the crash scene: leave the group first, so that gloo's threads do not outlive it
+        dist.destroy_process_group()
+        raise
     except RuntimeError as exc:
         first = (str(exc).strip() or type(exc).__name__).splitlines()[0]
         say(f"[rank {rank}] {type(exc).__name__} after {time.monotonic() - start:.1f} s: {first}")

@@ -20,3 +20,4 @@ from exercises.lesson_11 import check_flip_half, check_keep_rule, check_time_it,
 from exercises.lesson_12 import check_node_line, check_node_rank
 from exercises.lesson_13 import check_resume, check_steps_redone
 from exercises.lesson_14 import check_fully_shard, check_rank_bytes
+from exercises.lesson_15 import check_find_culprit, check_stop_handler

@@ -9,6 +9,7 @@ says it is waiting.
 
 from __future__ import annotations
 
+import dis
 import functools
 import importlib
 import inspect
@@ -76,9 +77,13 @@ class NotebookFunction:
         return self._built(*args, **kwargs)
 
 
+_GLOBAL_LOADS = {"LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS"}
+
+
 def _names_used(code: types.CodeType) -> set[str]:
-    """The global names ``code`` and the functions, lambdas and comprehensions inside it refer to."""
-    names = set(code.co_names)
+    """The global names ``code`` and the functions, lambdas and comprehensions inside it load. Not every name of
+    ``co_names``: that also holds attribute names (``exit`` of ``sys.exit``), which may name an unrelated global."""
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in _GLOBAL_LOADS}
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _names_used(const)

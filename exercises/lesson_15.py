@@ -116,10 +116,11 @@ def check_stop_handler(train: Callable | None) -> str | None:
     """``train(model, optimizer, path, steps, take_step)`` calls ``take_step(model, optimizer, step)`` for steps 1 to
     ``steps``; on SIGTERM it finishes the step under way, saves ``{"step", "model", "optimizer"}`` to ``path``
     atomically and exits with 75. The check runs it in a child process and sends SIGTERM mid-loop."""
-    from helpers import distributed
     from helpers.checkpoints import CorruptCheckpointError, load_checkpoint
 
-    context = multiprocessing_context(distributed.start_method(backward=True))
+    # spawn, never fork: a child forked from a process that has run other threads (gloo's, a DataLoader's) can wait
+    # forever on a lock one of them held, before the learner's loop takes its first step
+    context = multiprocessing_context("spawn")
     with tempfile.TemporaryDirectory() as folder:
         path, saves, done = (Path(folder) / name for name in ("stop.pt", "saves.txt", "done.txt"))
         os.environ["COURSE_STEPS_DONE"] = str(done)
@@ -163,7 +164,7 @@ def check_stop_handler(train: Callable | None) -> str | None:
             return f"the checkpoint says step {state['step']}, but step {finished} had finished: save after the step"
         receive, send = context.Pipe(duplex=False)
         helper = context.Process(target=_weights_in_child, args=(finished, send))
-        helper.start()  # computed in another process: this one then forks cleanly for the next check
+        helper.start()  # computed in another process, as the learner's loop was
         expected = {k: torch.tensor(v) for k, v in receive.recv().items()} if receive.poll(60) else {}
         helper.join(10)
         if helper.is_alive():

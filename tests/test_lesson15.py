@@ -78,7 +78,10 @@ def test_the_stacks_name_the_culprit_and_the_collective(culprit: int) -> None:
 def test_a_clean_leave_ends_both_ranks_with_status_0_and_the_unclean_one_fails_rank_0() -> None:
     unclean, clean = lesson_15.stage("leave", T, deadline=30), lesson_15.stage("leave", [*T, "--clean"], deadline=30)
     assert clean.exits == [0, 0]
-    assert unclean.exits[0] != 0 and unclean.exits[1] == 0
+    assert unclean.exits[0] != 0
+    # rank 1 finished its work; its own end is 0, or an abort when gloo's threads outlive the interpreter
+    assert any(line.startswith("[rank 1] done") for line in lesson_15.tidy(unclean))
+    assert unclean.exits[1] in (0, -signal.SIGABRT)
 
 
 @pytest.mark.slow

@@ -73,6 +73,11 @@ def test_batch_size_sentences_come_from_the_grid_printed_beside_them(executed_no
     )
     assert trend, out
     assert float(trend[2]) == pytest.approx(8 * steps[32] / steps[256], rel=0.01)  # same images per run at each size
+    unclear = re.search(r"^- cpu: the reading is unclear: the repeats spread (\d+)% at batch (\d+) ", out, re.M)
+    if unclear:  # a busy machine: the sentence names the spread the table prints, which is above 100%
+        spread = re.search(rf"^\s+cpu\s+{unclear[2]}\s+[\d.]+\s+(\d+)%", out, re.M)
+        assert spread and spread[1] == unclear[1] and int(unclear[1]) > 100, out
+        return
     unit = {"s": 1e3, "ms": 1.0, "us": 1e-3}
     said = re.search(r"^- cpu: .*?([\d.]+) (s|ms|us) a step at batch 32, ([\d.]+) (s|ms|us) at batch 256", out, re.M)
     assert said, out

@@ -27,7 +27,7 @@ def _plan_rank(plan: Any, rank: int, world: int, store: str, conn: Any) -> None:
     from torch.distributed.tensor.debug import CommDebugMode
     from torch.distributed.tensor.parallel import parallelize_module
 
-    from lessons.lesson_17 import MLP, named_counts
+    from lessons.lesson_17 import FeedForward, named_counts
 
     torch.set_num_threads(1)
     sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the process's own, closed at exit)
@@ -40,7 +40,7 @@ def _plan_rank(plan: Any, rank: int, world: int, store: str, conn: Any) -> None:
         )
         mesh = init_device_mesh("cpu", (world,))
         torch.manual_seed(0)
-        reference = MLP(DIM)
+        reference = FeedForward(DIM)
         x = torch.randn(4, DIM)
         expected = reference(x)
         expected.pow(2).mean().backward()
@@ -149,8 +149,8 @@ def _plan_hint(report: dict) -> str | None:
 
 @exercise("17_tp_plan", "a tensor-parallel plan for Linear -> GELU -> Linear, against one process")
 def check_tp_plan(plan: dict | None) -> str | None:
-    """``plan`` is the ``parallelize_plan`` dict for lesson 17's ``MLP`` (``fc1``, GELU, ``fc2``). It is run in two
-    processes joined by gloo, each with the same weights and batch as one unsharded copy; the output and every
+    """``plan`` is the ``parallelize_plan`` dict for lesson 17's ``FeedForward`` (``fc1``, GELU, ``fc2``). It is run
+    in two processes joined by gloo, each with the same weights and batch as one unsharded copy; the output and every
     gradient (gathered with ``full_tensor``) must match the copy's to ``TOLERANCE``, the output must be a plain
     tensor of the copy's shape, and the forward must run one all-reduce."""
     import tempfile

@@ -69,7 +69,7 @@ class Attention(nn.Module):
         return self.o(y.transpose(1, 2).reshape(batch, seq, -1))
 
 
-class MLP(nn.Module):
+class FeedForward(nn.Module):
     """Linear, GELU, Linear: dim -> 4 dim -> dim."""
 
     def __init__(self, dim: int) -> None:
@@ -86,7 +86,7 @@ class Block(nn.Module):
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
         self.norm1, self.attn = nn.LayerNorm(dim), Attention(dim, heads)
-        self.norm2, self.mlp = nn.LayerNorm(dim), MLP(dim)
+        self.norm2, self.mlp = nn.LayerNorm(dim), FeedForward(dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
@@ -124,17 +124,23 @@ COLLECTIVES = {
     "reduce_scatter_tensor": "reduce-scatter",
     "all_to_all_single": "all-to-all",
     "broadcast": "broadcast",
+    "allreduce": "all-reduce",
+    "allgather": "all-gather",
+    "_allgather_base": "all-gather",
+    "reduce_scatter": "reduce-scatter",
+    "_reduce_scatter_base": "reduce-scatter",
+    "alltoall_base": "all-to-all",
 }
-"""The functional collectives DTensor runs (``torch.ops._c10d_functional``), by the name the lesson uses."""
+"""The collectives by the name the lesson uses: the functional ones DTensor runs (``torch.ops._c10d_functional``),
+then the in-place ``torch.ops.c10d`` ones ``torch.distributed``'s calls run (``allreduce_``)."""
 
 
 def collective_name(op: object) -> str:
     """A collective's name for a person ("all-gather") from the op or the key CommDebugMode counts it under
     ("c10d_functional.all_gather_into_tensor", or the op itself); the op's own name when it is not one of them."""
-    text = str(op).split(".")
-    for part in reversed(text):
-        if part in COLLECTIVES:
-            return COLLECTIVES[part]
+    for part in reversed(str(op).split(".")):
+        if part.removesuffix("_") in COLLECTIVES:
+            return COLLECTIVES[part.removesuffix("_")]
     return str(op)
 
 
@@ -396,7 +402,7 @@ def check_verdict(difference: float, tolerance: float) -> str:
     return f"largest difference {difference:.1e}, above the tolerance {tolerance:.0e}: NOT the same"
 
 
-def speed_verdict(tp_seconds: float, one_seconds: float, collectives: int, margin: float = 0.1) -> str:
+def split_speed_verdict(tp_seconds: float, one_seconds: float, collectives: int, margin: float = 0.1) -> str:
     """One sentence from a measured step of the split block and of the whole block in one process: which took
     longer, by how much, and the collectives each step of the split block waited for."""
     if tp_seconds <= 0 or one_seconds <= 0:

@@ -183,3 +183,103 @@ def check_tp_plan(plan: dict | None) -> str | None:
         if hint:
             return f"rank {report['rank']}: {hint}"
     return None
+
+
+MOVES = (("Shard(1)", "Replicate()"), ("Partial()", "Shard(1)"), ("Replicate()", "Shard(1)"))
+"""The redistributions the second exercise asks about: none of them is in the lesson's table, which cuts dimension 0.
+(Replicate -> Partial would be a fourth, but DTensor refuses it: "for internal use only" in torch 2.14.)"""
+
+NAMES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "broadcast", "none")
+
+WHY = {
+    "all-gather": "each rank holds a piece and must end with the whole: every piece travels to every rank",
+    "all-reduce": "each rank holds one term of a sum and must end with the whole sum",
+    "reduce-scatter": "each rank holds a full-shaped term of a sum and must end with only its own piece of the sum",
+    "none": "each rank already holds all it must end with, so it can take its part without hearing from the others",
+}
+
+
+def _moves_rank(rank: int, world: int, store: str, conn: Any) -> None:
+    """One rank of check_redistribute: run each of ``MOVES`` on a 4x4 DTensor inside CommDebugMode, send the counts."""
+    import os
+    import sys
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    from lessons.lesson_17 import named_counts
+
+    torch.set_num_threads(1)
+    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the process's own, closed at exit)
+    os.dup2(sys.stdout.fileno(), 1)
+    os.dup2(sys.stdout.fileno(), 2)
+    try:
+        dist.init_process_group(
+            "gloo", init_method=f"file://{store}", rank=rank, world_size=world, timeout=timedelta(seconds=20)
+        )
+        mesh = init_device_mesh("cpu", (world,))
+        placements = {"Shard(1)": Shard(1), "Replicate()": Replicate(), "Partial()": Partial()}
+        whole = torch.arange(16.0).reshape(4, 4)
+        ran = []
+        for start, target in MOVES:
+            if start == "Partial()":
+                tensor = DTensor.from_local(whole + rank, mesh, [Partial()])
+            else:
+                tensor = distribute_tensor(whole, mesh, [placements[start]])
+            with CommDebugMode() as mode:
+                tensor.redistribute(mesh, [placements[target]]).to_local()
+            ran.append(named_counts(mode.get_comm_counts()))
+        conn.send(ran)
+    except Exception as err:  # this torch's DTensor refused a move: the error goes back as text
+        conn.send(first_line(err))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _spelled(answer: object) -> str:
+    """The answer as one of ``NAMES`` where it is one, however spelled ("All gather", "allgather", "nothing")."""
+    text = str(answer).strip().lower().replace("_", "").replace(" ", "").replace("-", "")
+    if text in ("nothing", "nocollective", "nocommunication", ""):
+        return "none"
+    return next((name for name in NAMES if name.replace("-", "") == text), str(answer))
+
+
+@exercise(
+    "17_redistribute",
+    "the collective each redistribute runs, checked by running it in 2 processes",
+    answers=len(MOVES),
+)
+def check_redistribute(
+    shard1_to_replicate: str | None, partial_to_shard1: str | None, replicate_to_shard1: str | None
+) -> str | None:
+    """The learner names the collective each of ``MOVES`` runs (one of ``NAMES``); two processes joined by gloo run
+    each move inside CommDebugMode, and each answer must name what ran ("none" where nothing did)."""
+    import tempfile
+    from pathlib import Path
+
+    import torch._dynamo  # noqa: F401  before any process group (helpers.distributed.leaving_cleanly says why)
+
+    answers = [shard1_to_replicate, partial_to_shard1, replicate_to_shard1]
+    for (start, target), answer in zip(MOVES, answers, strict=True):
+        if _spelled(answer) not in NAMES:
+            return f"{start} -> {target}: {answer!r} is none of {', '.join(NAMES)}"
+    with tempfile.TemporaryDirectory() as folder:
+        store = str(Path(folder) / "store")
+        found = ranks_in_processes(
+            _moves_rank, lambda r: (r, WORLD, store), WORLD, timeout=60, stuck="the machine may be very busy"
+        )
+    if isinstance(found, str):
+        return found
+    ran = found[0]
+    if isinstance(ran, str):
+        return f"this torch could not run the moves ({ran})"
+    for (start, target), answer, counts in zip(MOVES, answers, ran, strict=True):
+        truth = next(iter(counts)) if len(counts) == 1 else ("none" if not counts else ", ".join(counts))
+        if _spelled(answer) != truth:
+            why = WHY.get(truth, f"it ran {truth}")
+            return f"{start} -> {target} is not {_spelled(answer)}: {why}"
+    return None

@@ -13,7 +13,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 from exercises.checks import CHECKERS
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "17_tensor_parallelism.ipynb"
-COVERED = {"17_tp_plan"}
+COVERED = {"17_tp_plan", "17_redistribute"}
 
 
 def test_every_lesson_17_checker_is_covered() -> None:
@@ -109,3 +109,53 @@ def test_plans_that_name_nothing_fail_before_any_process_starts(
 ) -> None:
     passed, out = _verdict(capsys, plan)
     assert not passed and hint in out, out
+
+
+def test_redistribute_waits_for_every_answer(capsys: pytest.CaptureFixture[str]) -> None:
+    assert not CHECKERS["17_redistribute"]("all-gather", None, "none")
+    assert capsys.readouterr().out.startswith("[waiting]")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "answers", [("all-gather", "reduce-scatter", "none"), ("All gather", "reduce_scatter", "nothing")], ids=str
+)
+def test_redistribute_passes_the_right_names_however_spelled(
+    capsys: pytest.CaptureFixture[str], answers: tuple[str, str, str]
+) -> None:
+    assert CHECKERS["17_redistribute"](*answers), capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("answers", "hint"),
+    [
+        (
+            ("all-gather", "all-reduce", "none"),
+            "Partial() -> Shard(1) is not all-reduce: each rank holds a full-shaped",
+        ),
+        (("all-to-all", "reduce-scatter", "none"), "Shard(1) -> Replicate() is not all-to-all"),
+        (("all-gather", "reduce-scatter", "broadcast"), "Replicate() -> Shard(1) is not broadcast"),
+        (("all-gather", "reduce-scatter", "scatter"), "'scatter' is none of"),
+    ],
+    ids=["sum-kept-whole", "all-to-all", "broadcast", "no-such-collective"],
+)
+def test_redistribute_fails_names_that_look_right(
+    capsys: pytest.CaptureFixture[str], answers: tuple[str, str, str], hint: str
+) -> None:
+    assert not CHECKERS["17_redistribute"](*answers)
+    out = capsys.readouterr().out
+    assert out.startswith("[not yet]") and hint in out, out
+
+
+@pytest.mark.slow
+def test_the_redistribute_cells_wait_as_handed_out_and_pass_as_solved(capsys: pytest.CaptureFixture[str]) -> None:
+    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+    cells = ["".join(c["source"]) for c in nb["cells"] if "check_redistribute" in "".join(c["source"])]
+    assert len(cells) == 2
+    for cell, verdict in zip(cells, ("[waiting]", "[pass]"), strict=True):
+        namespace: dict = {}
+        exec(cell.split("\nchecks.")[0], namespace)
+        names = ("shard1_to_replicate", "partial_to_shard1", "replicate_to_shard1")
+        CHECKERS["17_redistribute"](*(namespace[name] for name in names))
+        assert capsys.readouterr().out.startswith(verdict)

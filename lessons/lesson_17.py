@@ -440,6 +440,26 @@ def traffic_verdict(tp_bytes: int, gradient_bytes: int, tokens: int) -> str:
     )
 
 
+def dp_gradient_sentence(rule: str, ratio: float, dp_size: int, torch_version: str) -> str:
+    """What the 2-D run's first step says about how FSDP2 combined the "dp" ranks' gradients (``rule`` as lesson 14's
+    ``gradient_rule`` gives it from ``ratio``), and what to do about it."""
+    if rule == "averaged":
+        return (
+            f'torch {torch_version}: FSDP2 averaged the gradients of the {dp_size} "dp" ranks, and the 2-D processes '
+            "took one process's step on the global batch"
+        )
+    if rule == "summed":
+        return (
+            f'torch {torch_version}: FSDP2 summed the gradients of the {dp_size} "dp" ranks instead of averaging them, '
+            f"a step {ratio:.2f}x one process's (pytorch/pytorch#162338, FSDP2 with gloo in torch 2.8): the run is "
+            f'repeated with the loss divided by the size of "dp", {dp_size}, not by the number of processes'
+        )
+    return (
+        f"torch {torch_version}: the first step changed the weights {ratio:.3f}x as much as one process's did, neither "
+        'averaged nor summed over "dp"; compare the batch each "dp" rank saw with one process\'s'
+    )
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m lessons.lesson_17", description=__doc__.splitlines()[0])
     p.add_argument("--demo", choices=("tp", "2d"), default="tp", help="what to run (default tp)")

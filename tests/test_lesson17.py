@@ -121,6 +121,13 @@ def test_traffic_verdict_compares_with_the_gradients_data_parallelism_moves() ->
         tp17.traffic_verdict(1, 0, 1)
 
 
+def test_dp_gradient_sentence_names_the_dp_size_not_the_world_size() -> None:
+    assert 'averaged the gradients of the 2 "dp" ranks' in tp17.dp_gradient_sentence("averaged", 1.0, 2, "2.14.1")
+    summed = tp17.dp_gradient_sentence("summed", 2.0, 2, "2.8.0")
+    assert "summed" in summed and "2.00x" in summed and 'divided by the size of "dp", 2' in summed
+    assert "neither" in tp17.dp_gradient_sentence("other", 1.4, 2, "2.8.0")
+
+
 def _sources(kind: str) -> str:
     nb = nbformat.read(NOTEBOOK, as_version=4)
     return "\n".join(c.source for c in nb.cells if c.cell_type == kind)
@@ -131,6 +138,7 @@ def test_the_sentences_about_speed_and_checks_come_from_the_run() -> None:
     assert 'tp17.split_speed_verdict(timed["tp_seconds"], timed["one_seconds"], collectives)' in code
     assert "tp17.traffic_verdict(handed" in code
     assert "tp17.check_verdict(run['output_diff'], TOLERANCE)" in code
+    assert "tp17.dp_gradient_sentence(rule" in code
     assert 'if rule == "summed":' in code  # the 2-D run repeated with the loss divided only where the check caught it
 
 

@@ -226,3 +226,129 @@ def check_rank_bytes(ddp_bytes: int | None, fsdp_bytes: int | None, parameters: 
     if fsdp_bytes != ddp_right / ranks:
         return f"fsdp_bytes: each of the {ranks} ranks holds 1/{ranks} of everything DDP holds on each rank"
     return None
+
+
+def _meta_rank(build: Callable, rank: int, world: int, store: str, conn: Any) -> None:
+    """One rank of check_meta_build, in a forked process: join a gloo group of ``world``, call
+    ``build(make_model, torch.device("cpu"))``, send back how the model was built and what each shard holds."""
+    import os
+    import sys
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FSDPModule
+
+    torch.set_num_threads(1)
+    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the process's own, closed at exit)
+    os.dup2(sys.stdout.fileno(), 1)  # and what gloo's C++ code writes
+    os.dup2(sys.stdout.fileno(), 2)
+    report: dict[str, Any] = {"rank": rank, "error": None, "built_on": []}
+
+    def make_model() -> torch.nn.Sequential:
+        model = torch.nn.Sequential(
+            torch.nn.Linear(8, 6), torch.nn.ReLU(), torch.nn.Linear(6, 6), torch.nn.ReLU(), torch.nn.Linear(6, 4)
+        )
+        report["built_on"].append(model[0].weight.device.type)
+        return model
+
+    try:
+        timeout = timedelta(seconds=20)  # a rank that skips a collective: an error, not a hang
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world, timeout=timeout)
+        try:
+            model = build(make_model, torch.device("cpu"))
+        except Exception as err:  # the learner's code: the error goes back as text
+            report["error"] = f"build raised {first_line(err)}"
+            conn.send(report)
+            return
+        if not isinstance(model, torch.nn.Module):
+            report["error"] = f"build returned {type(model).__name__}, not the model"
+            conn.send(report)
+            return
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        report["root"] = isinstance(model, FSDPModule)
+        report["layers"] = [isinstance(m, FSDPModule) for m in linears]
+        shards = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
+        report["devices"] = sorted({s.device.type for s in shards})
+        if report["devices"] == ["cpu"]:
+            bounds = [1 / layer.in_features**0.5 for layer in linears]  # nn.Linear's own init: U(-bound, bound)
+            weights = [
+                layer.weight.to_local() if hasattr(layer.weight, "to_local") else layer.weight for layer in linears
+            ]
+            report["initialised"] = all(
+                w.numel() > 1 and bool(w.abs().max() <= b + 1e-6) and bool(w.std() > 0.2 * b)
+                for w, b in zip(weights, bounds, strict=True)
+            )
+            report["first_shard"] = weights[0].detach().tolist()
+        conn.send(report)
+    except Exception as err:  # the group itself, or reading the model: the error goes back as text
+        report["error"] = first_line(err)
+        conn.send(report)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _meta_hint(report: dict) -> str | None:
+    """The first thing wrong with what one rank's ``build`` made."""
+    if report["error"]:
+        return report["error"]
+    if not report["built_on"]:
+        return "build the model by calling make_model(), inside with torch.device('meta'):"
+    if report["built_on"] != ["meta"]:
+        return (
+            f"make_model() ran on {report['built_on']}: every process held the whole model before sharding it; "
+            "call it inside with torch.device('meta'):, where tensors get a shape and no memory"
+        )
+    if not report["root"] or not all(report["layers"]):
+        return (
+            "shard on the meta device as in exercise 1: fully_shard(layer, mesh=mesh) on each nn.Linear, then "
+            "fully_shard(model, mesh=mesh), on a mesh init_device_mesh(device.type, (dist.get_world_size(),))"
+        )
+    if "meta" in report["devices"]:
+        return (
+            "the shards are still on the meta device, with no data: after fully_shard, "
+            "model.to_empty(device=device) gives each process memory for its own shards"
+        )
+    if report["devices"] != ["cpu"]:
+        return f"the shards ended on {report['devices']}: pass the device given to to_empty"
+    if not report["initialised"]:
+        return (
+            "the shards hold whatever to_empty's memory held, not initial weights: call reset_parameters() on each "
+            "nn.Linear after to_empty"
+        )
+    return None
+
+
+@exercise("14_meta_build", "build on the meta device, shard, to_empty and initialise", function=True)
+def check_meta_build(build: Callable | None) -> str | None:
+    """``build(make_model, device)``, called on every rank, builds ``make_model()`` on the meta device, shards each
+    nn.Linear and then the model on one mesh over every rank, allocates the shards on ``device`` (``to_empty``) and
+    initialises them so that each rank's shard gets values of its own. Run in two forked CPU processes joined by
+    gloo; the ranks' shards of the first weight are compared here."""
+    import tempfile
+    from pathlib import Path
+
+    import torch._dynamo  # noqa: F401  before any process group (helpers.distributed.leaving_cleanly says why)
+
+    world = 2
+    with tempfile.TemporaryDirectory() as folder:
+        store = str(Path(folder) / "store")
+        reports = ranks_in_processes(
+            _meta_rank,
+            lambda r: (build, r, world, store),
+            world,
+            timeout=90,
+            stuck="does every rank call fully_shard on the same modules?",
+        )
+    if isinstance(reports, str):
+        return reports
+    for rank, report in enumerate(reports):
+        hint = _meta_hint(report)
+        if hint:
+            return f"rank {rank}: {hint}"
+    if reports[0]["first_shard"] == reports[1]["first_shard"]:
+        return (
+            "both ranks drew the same values for their shards of the first weight, so the whole weight is one block "
+            "of rows repeated: seed each rank differently before reset_parameters, torch.manual_seed(seed + rank)"
+        )
+    return None

@@ -3,6 +3,8 @@
 
     torchrun --standalone --nproc-per-node 2 -m lessons.lesson_14 --wrap fsdp --check
     torchrun --standalone --nproc-per-node 2 -m lessons.lesson_14 --wrap ddp
+    torchrun --standalone --nproc-per-node 2 -m lessons.lesson_14 --meta --param-dtype bfloat16
+    torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d ... -m lessons.lesson_14 --replicas 2 --check  # per node
 
 ``fully_shard`` on each linear layer and then on the whole model splits every parameter along its first dimension
 across the ranks of a device mesh: each rank keeps 1/N of the parameters, of their gradients and of the optimizer's
@@ -13,6 +15,12 @@ unless ``--bucket-view`` (``gradient_as_bucket_view=True``) makes the gradients 
 
 The mesh is named with this process's device type: ``init_device_mesh`` without one picks CUDA whenever CUDA is
 present, even for a gloo group of CPU processes.
+
+``--meta`` builds the model on the meta device (shapes, no memory), shards it, and only then gives each rank memory
+for its own shards (``to_empty``) and fills them; ``--param-dtype`` passes a ``MixedPrecisionPolicy`` (gathered
+parameters in that dtype, gradients reduced in float32); ``--replicas R`` shards over a 2-D mesh, replicated across R
+groups and sharded within each (HSDP). Every FSDP run also measures one forward and backward with
+``reshard_after_forward`` True and False: the all-gathers counted and the gathered bytes kept between the two.
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.elastic.multiprocessing.errors import record
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor.debug import CommDebugMode
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
@@ -50,9 +59,23 @@ def parse_args(argv: Sequence[str] | None = None):
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum: optimizer state to shard (default 0.9)")
     p.add_argument("--bucket-view", action="store_true", help="DDP: gradients as views into its buckets")
     p.add_argument("--check", action="store_true", help="compare with one process on the global batch (rank 0)")
-    p.add_argument("--divide-loss", action="store_true", help="divide the loss by the world size (a torch that sums)")
+    p.add_argument(
+        "--divide-loss", action="store_true", help="divide the loss by the processes a shard spans (a torch that sums)"
+    )
     p.add_argument("--timeout", type=arguments.seconds, default=60.0, help="seconds a collective may wait (default 60)")
-    return p.parse_args(argv)
+    p.add_argument("--meta", action="store_true", help="FSDP: build on the meta device, shard, then allocate and init")
+    p.add_argument("--param-dtype", choices=tuple(DTYPES), default="float32", help="FSDP: dtype of gathered params")
+    p.add_argument("--replicas", type=arguments.positive_int, default=1, help="FSDP: replicated groups (HSDP if > 1)")
+    p.add_argument("--no-reshard-trade", action="store_true", help="FSDP: skip reshard_trade (it gathers the model)")
+    args = p.parse_args(argv)
+    if args.wrap == "ddp" and (args.meta or args.param_dtype != "float32" or args.replicas > 1):
+        p.error("--meta, --param-dtype and --replicas are FSDP's options: use them with --wrap fsdp")
+    if args.check and (args.meta or args.param_dtype != "float32"):
+        p.error("--check compares with a float32 copy built on this process: leave out --meta and --param-dtype")
+    return args
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def wide_mlp(width: int, depth: int) -> nn.Sequential:
@@ -95,6 +118,71 @@ def held_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, 
     if isinstance(model, DDP):
         held["DDP's buckets"] = bucket_bytes(model)
     return held
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def initialise(model: nn.Module) -> None:
+    """Fill every linear layer's parameters as ``nn.Linear`` does when it is built, from the current random state."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            module.reset_parameters()
+
+
+def shards_repeat(weight: torch.Tensor, shards: int) -> bool:
+    """Whether the ``shards`` blocks of rows of a sharded ``weight`` are all equal (every rank drew the same values);
+    a collective: it gathers this one weight on every rank."""
+    blocks = weight.full_tensor().detach().tensor_split(shards)
+    return all(torch.equal(blocks[0], block) for block in blocks[1:])
+
+
+def materialise(model: nn.Module, mesh, device: torch.device, seed: int) -> dict:
+    """A model built on the meta device and sharded: give each rank memory for its own shards on ``device``
+    (``to_empty``) and fill them. Returns the bytes allocated for them against the whole model's, and whether the
+    first layer's shards came out equal with one seed on every rank, then with a seed of each shard's own."""
+    model.to_empty(device=device)  # memory for this rank's shards only, not yet initialised
+    allocated = sum(local(p).numel() * local(p).element_size() for p in model.parameters())
+    whole = sum(p.numel() * p.element_size() for p in model.parameters())  # a DTensor's numel is the whole tensor's
+    shards = mesh.size(mesh.ndim - 1)  # the mesh's last dimension shards; a first one, if any, replicates
+    first = next(m for m in model.modules() if isinstance(m, nn.Linear)).weight
+    torch.manual_seed(seed)  # the same seed on every rank: the pitfall
+    initialise(model)
+    same_seed = shards_repeat(first, shards)
+    torch.manual_seed(seed + mesh.get_local_rank(mesh.ndim - 1))  # a seed per shard, shared by its replicas
+    initialise(model)
+    return {
+        "allocated": allocated,
+        "whole": whole,
+        "same_seed_repeats": same_seed,
+        "own_seed_repeats": shards_repeat(first, shards),
+    }
+
+
+def gathered(model: nn.Module) -> int:
+    """Bytes of the parameters now held whole (gathered by FSDP and not yet freed): those that are not DTensors."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if not hasattr(p, "placements"))
+
+
+def reshard_trade(model: nn.Module, X: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module) -> dict:
+    """One forward and backward, without a step, under ``reshard_after_forward`` True and then False: the collectives
+    CommDebugMode counts, and the bytes of gathered parameters still held between the forward and the backward."""
+    found = {}
+    for reshard in (False, True):  # ends on True, fully_shard's default
+        model.set_reshard_after_forward(reshard)  # every unit below the root too
+        with CommDebugMode() as comms:
+            loss = loss_fn(model(X), y)
+            held = gathered(model)
+            loss.backward()
+        model.zero_grad()
+        counts = {str(op).split(".")[-1]: n for op, n in comms.get_comm_counts().items()}
+        found[str(reshard)] = {
+            "held_after_forward": held,
+            "collectives": counts,
+            "all_gathers": sum(n for op, n in counts.items() if "gather" in op),
+        }
+    return found
 
 
 def full_weights(model: nn.Module) -> torch.Tensor:
@@ -142,7 +230,8 @@ def gradient_rule(ratio: float, world_size: int) -> str:
 
 
 def gradient_sentence(rule: str, ratio: float, world_size: int, torch_version: str) -> str:
-    """What a --check run's gradient rule means for the learner, and what to do about it."""
+    """What a --check run's gradient rule means for the learner, and what to do about it; ``world_size``: the
+    processes a parameter is sharded across (all of them on a 1-D mesh, one replica group's under HSDP)."""
     if rule == "averaged":
         return (
             f"torch {torch_version} averaged the {world_size} ranks' gradients, as DDP does: the sharded processes "
@@ -152,12 +241,78 @@ def gradient_sentence(rule: str, ratio: float, world_size: int, torch_version: s
         return (
             f"torch {torch_version} summed the {world_size} ranks' gradients instead of averaging them, so every step "
             f"was {world_size} times too large (pytorch/pytorch#162338: FSDP2 with gloo in torch 2.8). Divide the loss "
-            "by the world size (the script's --divide-loss), or install a torch that averages."
+            f"by {world_size}, the processes a shard spans (the script's --divide-loss), or install a torch that "
+            "averages."
         )
     return (
         f"the first step changed the weights {ratio:.3f}x as much as one process on the global batch did: neither "
         "averaged nor summed; compare the data each rank saw and the loss with one process's."
     )
+
+
+def meta_sentence(allocated: int, whole: int, world_size: int) -> str:
+    """What building on the meta device saved, from the bytes a rank allocated against the whole model's."""
+    if whole <= 0:
+        raise ValueError(f"the whole model must have bytes, got {whole}")
+    share = allocated / whole
+    if share >= 1:
+        return f"this rank allocated {share:.2f} of the whole model's bytes: it held the whole model after all"
+    return (
+        f"this rank allocated {allocated / 2**20:.2f} MiB for its shards, {share:.3f} of the whole model's "
+        f"{whole / 2**20:.2f} MiB (1/{world_size} = {1 / world_size:.3f}): no process held the whole model"
+    )
+
+
+def init_sentence(same_seed_repeats: bool, own_seed_repeats: bool, shards: int) -> str:
+    """What seeding did to a sharded initialisation, from whether the shards came out equal under each seeding."""
+    same = (
+        f"with one seed on every rank, the {shards} shards of the first weight came out equal: the whole weight is "
+        "one block of random rows repeated, not a random matrix"
+        if same_seed_repeats
+        else f"with one seed on every rank, the {shards} shards of the first weight came out different: this "
+        "mesh's random numbers keep the shards apart"
+    )
+    own = "different" if not own_seed_repeats else "equal all the same"
+    return f"{same}; with a seed of each shard's own they came out {own}"
+
+
+def precision_sentence(seen: dict) -> str:
+    """What a MixedPrecisionPolicy changed, from the dtypes and bytes a run recorded (``run_training``'s
+    "precision"): the gathered weight's dtype and bytes against the float32 bytes of the same weight, and the dtypes
+    of what stays sharded."""
+    kept = {seen[k] for k in ("sharded", "gradient", "optimizer state")}
+    ratio = seen["gathered_bytes"] / seen["float32_bytes"]
+    stays = f"the shards, their gradients and the optimizer state stayed {'/'.join(sorted(kept))}"
+    if seen["gathered"] == "float32":
+        return f"the gathered weight was float32, as stored ({ratio:.2f}x float32's bytes); {stays}"
+    return (
+        f"the gathered weight was {seen['gathered']}, {ratio:.2f}x the bytes of its float32 copy: forward and backward "
+        f"ran in {seen['gathered']} with half the all-gather traffic; {stays}"
+    )
+
+
+def reshard_sentence(trade: dict) -> str:
+    """What ``reshard_after_forward=False`` traded, from ``reshard_trade``'s counts and bytes."""
+    on, off = trade["True"], trade["False"]
+    saved = on["all_gathers"] - off["all_gathers"]
+    kept = off["held_after_forward"] - on["held_after_forward"]
+    if saved <= 0 and kept <= 0:
+        return "reshard_after_forward=False changed neither the all-gathers nor the bytes held here"
+    return (
+        f"reshard_after_forward=False saved {saved} of {on['all_gathers']} all-gathers a step "
+        f"({off['all_gathers']} instead), and kept {kept / 2**20:.2f} MiB of gathered parameters between forward "
+        f"and backward ({off['held_after_forward'] / 2**20:.2f} MiB instead of "
+        f"{on['held_after_forward'] / 2**20:.2f} MiB)"
+    )
+
+
+def width_for(memory_bytes: int, depth: int, share: float = 0.3) -> int:
+    """The hidden width (a multiple of 256) at which ``wide_mlp``'s float32 parameters take about ``share`` of
+    ``memory_bytes``: with 0.3, DDP's parameters, gradients, momentum and buckets (4 copies) need 1.2 of it."""
+    if depth < 2:
+        raise ValueError(f"depth must be 2 or more, got {depth}")
+    width = int((share * memory_bytes / 4 / (depth - 1)) ** 0.5)  # the (depth - 1) width x width layers dominate
+    return max(256, width // 256 * 256)
 
 
 @record
@@ -168,23 +323,64 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def train(args, data, device: torch.device) -> dict:
+    """``run_training``, except that a GPU running out of memory (the lesson's DDP run sized to fail) is caught and
+    rank 0 writes its first line to the summary instead."""
+    try:
+        return run_training(args, data, device)
+    except torch.OutOfMemoryError as err:
+        summary = {"wrap": args.wrap, "out_of_memory": str(err).splitlines()[0]}
+        if dist.get_rank() == 0:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            (Path(args.out) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        say(f"[rank {dist.get_rank()}] {args.wrap}: torch.OutOfMemoryError: {summary['out_of_memory']}")
+        return summary
+
+
+def run_training(args, data, device: torch.device) -> dict:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=args.seed)
     loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler)
     torch.manual_seed(args.seed)
-    model = wide_mlp(args.width, args.depth).to(device)
+    if args.meta:
+        with torch.device("meta"):  # shapes and dtypes only: no memory yet, on any process
+            model = wide_mlp(args.width, args.depth)
+    else:
+        model = wide_mlp(args.width, args.depth).to(device)
     reference = ddp_check.Reference(model, args, data, world_size) if args.check and rank == 0 else None
+    found, shards = {}, world_size  # shards: the processes a parameter is cut across
     if args.wrap == "fsdp":
-        mesh = init_device_mesh(device.type, (world_size,))  # named: without it, CUDA whenever CUDA is present
+        if world_size % args.replicas:
+            raise ValueError(f"--replicas {args.replicas} does not divide the {world_size} processes")
+        if args.replicas > 1:  # HSDP: a full copy in each replica group, sharded within it
+            shape = (args.replicas, world_size // args.replicas)
+            mesh = init_device_mesh(device.type, shape, mesh_dim_names=("replicate", "shard"))
+        else:
+            mesh = init_device_mesh(device.type, (world_size,))  # named: without it, CUDA whenever CUDA is present
+        policy = MixedPrecisionPolicy(param_dtype=DTYPES[args.param_dtype], reduce_dtype=torch.float32)
         for layer in model:
             if isinstance(layer, nn.Linear):
-                fully_shard(layer, mesh=mesh)  # each layer's weights gathered just before it runs, freed after
-        fully_shard(model, mesh=mesh)
+                fully_shard(layer, mesh=mesh, mp_policy=policy)  # gathered just before it runs, freed after
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+        shards = mesh.size(mesh.ndim - 1)
+        if args.meta:
+            found["meta"] = materialise(model, mesh, device, args.seed)  # to_empty, then each shard its own values
+            if device.type == "cuda":
+                found["meta"]["peak_allocated"] = torch.cuda.max_memory_allocated(device)
     else:
         ids = [device.index] if device.type == "cuda" else None
         model = DDP(model, device_ids=ids, gradient_as_bucket_view=args.bucket_view)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     loss_fn = nn.CrossEntropyLoss()
+
+    seen = {}
+
+    def note(module: nn.Module, inputs) -> None:  # runs after FSDP's own hook has gathered the layer's weight
+        weight = module.weight
+        seen.update(gathered=dtype_name(weight.dtype), gathered_bytes=weight.numel() * weight.element_size())
+        seen.update(float32_bytes=weight.numel() * 4)
+
+    first = next(m for m in model.modules() if isinstance(m, nn.Linear))
+    hook = first.register_forward_pre_hook(note) if args.wrap == "fsdp" else None
 
     step, epoch, ratio, seconds = 0, 0, None, []
     before = full_weights(model) if args.check else None  # every rank takes part in the gathering
@@ -193,8 +389,11 @@ def train(args, data, device: torch.device) -> dict:
         for X, y in loader:
             started = time.perf_counter()
             loss = loss_fn(model(X.to(device)), y.to(device))
+            if hook is not None:  # the first forward is enough
+                hook.remove()
+                hook = None
             if args.divide_loss:
-                loss = loss / world_size
+                loss = loss / shards
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -215,8 +414,16 @@ def train(args, data, device: torch.device) -> dict:
         epoch += 1
 
     held = held_bytes(model, optimizer)
+    if args.wrap == "fsdp":
+        states = [v for state in optimizer.state.values() for v in state.values() if v.dim() > 0]
+        seen.update(sharded=dtype_name(local(first.weight).dtype), gradient=dtype_name(local(first.weight.grad).dtype))
+        seen["optimizer state"] = dtype_name(local(states[0]).dtype)
+        found["precision"] = seen
+        if not args.no_reshard_trade:  # with reshard_after_forward=False it holds the whole model gathered
+            found["reshard"] = reshard_trade(model, X.to(device), y.to(device), loss_fn)
     timed = seconds[2:] or seconds  # the first steps include one-time set-up
-    summary = {"wrap": args.wrap, "world_size": world_size, "held_bytes": held, "steps": step}
+    summary = {"wrap": args.wrap, "world_size": world_size, "shards": shards, "held_bytes": held, "steps": step}
+    summary.update(found)
     summary["bucket_view"] = args.bucket_view
     summary.update(step_seconds=statistics.median(timed), shard=shard_of(next(model.parameters())))
     if device.type == "cuda":
@@ -229,7 +436,7 @@ def train(args, data, device: torch.device) -> dict:
             say(f"[rank {r}] {args.wrap}: holds {parts}; median step {found['step_seconds'] * 1e3:.1f} ms")
         if reference is not None:
             report, line = reference.report()
-            summary.update(report, gradient_ratio=ratio, gradients=gradient_rule(ratio, world_size))
+            summary.update(report, gradient_ratio=ratio, gradients=gradient_rule(ratio, shards))
             say(line)
             say(f"first step's weight change against one process's: {ratio:.3f}x, gradients {summary['gradients']}")
         Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ from torch.distributed.fsdp import fully_shard
 
 from exercises.checks import CHECKERS
 
-COVERED = {"14_fully_shard", "14_rank_bytes"}
+COVERED = {"14_fully_shard", "14_meta_build", "14_rank_bytes"}
 
 
 def test_every_lesson_14_checker_is_covered() -> None:
@@ -214,3 +214,115 @@ def test_ranks_are_spawned_on_macos_and_forked_on_linux(monkeypatch: pytest.Monk
 
 def test_fully_shard_waits_for_a_function() -> None:
     assert not CHECKERS["14_fully_shard"](None)
+
+
+def _meta_shard(model: nn.Module, device) -> None:
+    mesh = _mesh(device)
+    for layer in _layers(model):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def _init(model: nn.Module) -> None:
+    for layer in _layers(model):
+        layer.reset_parameters()
+
+
+def meta_reference(make_model, device):
+    import torch
+
+    with torch.device("meta"):
+        model = make_model()
+    _meta_shard(model, device)
+    model.to_empty(device=device)
+    torch.manual_seed(dist.get_rank())  # each rank its own values
+    _init(model)
+    return model
+
+
+def meta_untouched(make_model, device):  # the cell as given
+    model = None  # replace: make_model() on the meta device
+    ...  # shard each nn.Linear, then the model, as in exercise 1
+    ...  # memory for this process's shards on device, then initial values of its own
+    return model
+
+
+def built_on_cpu(make_model, device):
+    import torch
+
+    model = make_model()
+    _meta_shard(model, device)
+    torch.manual_seed(dist.get_rank())
+    _init(model)
+    return model
+
+
+def left_on_meta(make_model, device):
+    import torch
+
+    with torch.device("meta"):
+        model = make_model()
+    _meta_shard(model, device)
+    return model
+
+
+def never_initialised(make_model, device):
+    import torch
+
+    with torch.device("meta"):
+        model = make_model()
+    _meta_shard(model, device)
+    model.to_empty(device=device)
+    return model
+
+
+def one_seed(make_model, device):  # right but for the seed: every rank draws the same shard
+    import torch
+
+    with torch.device("meta"):
+        model = make_model()
+    _meta_shard(model, device)
+    model.to_empty(device=device)
+    torch.manual_seed(0)
+    _init(model)
+    return model
+
+
+def not_sharded(make_model, device):
+    import torch
+
+    with torch.device("meta"):
+        model = make_model()
+    model.to_empty(device=device)
+    torch.manual_seed(dist.get_rank())
+    _init(model)
+    return model
+
+
+def test_meta_build_reference_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert CHECKERS["14_meta_build"](meta_reference)
+    assert "[pass]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("wrong", "hint"),
+    [
+        (meta_untouched, "build returned NoneType"),
+        (built_on_cpu, "make_model() ran on ['cpu']"),
+        (left_on_meta, "model.to_empty(device=device)"),
+        (never_initialised, "call reset_parameters() on each nn.Linear"),
+        (one_seed, "both ranks drew the same values"),
+        (not_sharded, "shard on the meta device as in exercise 1"),
+    ],
+)
+def test_meta_build_wrong_answers_fail_with_a_hint(
+    wrong: Callable, hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert not CHECKERS["14_meta_build"](wrong)
+    out = capsys.readouterr().out
+    assert "[not yet]" in out and hint in out, out
+
+
+def test_meta_build_waits_for_a_function(capsys: pytest.CaptureFixture[str]) -> None:
+    assert not CHECKERS["14_meta_build"](None)
+    assert "[waiting]" in capsys.readouterr().out

@@ -10,8 +10,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import distributed
-from lessons.lesson_14 import gradient_rule, gradient_sentence, held_bytes, shard_of, speed_verdict, wide_mlp
+from helpers import distributed, nodes
+from lessons.lesson_14 import (
+    gradient_rule,
+    gradient_sentence,
+    held_bytes,
+    init_sentence,
+    meta_sentence,
+    parse_args,
+    precision_sentence,
+    reshard_sentence,
+    shard_of,
+    speed_verdict,
+    wide_mlp,
+    width_for,
+)
 
 MODULE = "lessons.lesson_14"
 
@@ -126,3 +139,115 @@ def test_sharded_processes_match_one_process_or_say_why_and_the_fix_works(tmp_pa
         assert fsdp["reference_max_abs_diff"] > 1e-3
         fsdp = run("fsdp", tmp_path / "fixed", "--divide-loss")
     assert fsdp["gradients"] == "averaged" and fsdp["reference_max_abs_diff"] < 1e-6
+
+
+def test_meta_sentence_says_whether_a_rank_held_the_whole_model() -> None:
+    half = meta_sentence(2 * 2**20, 4 * 2**20, 2)
+    assert half.startswith("this rank allocated 2.00 MiB for its shards, 0.500 of the whole model's 4.00 MiB")
+    assert half.endswith("(1/2 = 0.500): no process held the whole model")
+    assert meta_sentence(4 * 2**20, 4 * 2**20, 2).endswith("it held the whole model after all")
+    with pytest.raises(ValueError, match="bytes"):
+        meta_sentence(1, 0, 2)
+
+
+def test_init_sentence_follows_what_was_measured() -> None:
+    trap = init_sentence(True, False, 2)
+    assert "the 2 shards of the first weight came out equal" in trap and "repeated" in trap
+    assert trap.endswith("with a seed of each shard's own they came out different")
+    kept_apart = init_sentence(False, False, 4)
+    assert "came out different: this mesh's random numbers keep the shards apart" in kept_apart
+    assert init_sentence(True, True, 2).endswith("they came out equal all the same")
+
+
+def test_precision_sentence_reads_the_dtypes_and_bytes() -> None:
+    seen = {"gathered": "bfloat16", "gathered_bytes": 50, "float32_bytes": 100}
+    seen.update({"sharded": "float32", "gradient": "float32", "optimizer state": "float32"})
+    line = precision_sentence(seen)
+    assert line.startswith("the gathered weight was bfloat16, 0.50x the bytes of its float32 copy")
+    assert line.endswith("the shards, their gradients and the optimizer state stayed float32")
+    plain = precision_sentence({**seen, "gathered": "float32", "gathered_bytes": 100})
+    assert plain.startswith("the gathered weight was float32, as stored (1.00x")
+    mixed = precision_sentence({**seen, "gradient": "bfloat16"})
+    assert mixed.endswith("stayed bfloat16/float32")
+
+
+def test_reshard_sentence_states_both_sides_of_the_trade() -> None:
+    trade = {
+        "True": {"all_gathers": 10, "held_after_forward": 0},
+        "False": {"all_gathers": 5, "held_after_forward": 3 * 2**20},
+    }
+    assert reshard_sentence(trade) == (
+        "reshard_after_forward=False saved 5 of 10 all-gathers a step (5 instead), and kept 3.00 MiB of gathered "
+        "parameters between forward and backward (3.00 MiB instead of 0.00 MiB)"
+    )
+    same = {"all_gathers": 4, "held_after_forward": 0}
+    assert "changed neither" in reshard_sentence({"True": same, "False": same})
+
+
+@pytest.mark.parametrize("memory", [15 * 2**30, 80 * 2**30])
+def test_width_for_puts_a_share_of_the_memory_in_parameters(memory: int) -> None:
+    width = width_for(memory, 8)
+    assert width % 256 == 0
+    with torch.device("meta"):
+        count = sum(p.numel() for p in wide_mlp(width, 8).parameters())
+    assert 0.25 < 4 * count / memory <= 0.31  # parameters ~30%: DDP's four copies ~120%, no fit
+    with pytest.raises(ValueError, match="depth"):
+        width_for(memory, 1)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--wrap", "ddp", "--meta"],
+        ["--wrap", "ddp", "--replicas", "2"],
+        ["--meta", "--check"],
+        ["--param-dtype", "bfloat16", "--check"],
+    ],
+)
+def test_options_that_do_not_go_together_are_refused(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+
+
+def test_the_summed_sentence_divides_by_the_processes_a_shard_spans() -> None:
+    assert "Divide the loss by 2, the processes a shard spans" in gradient_sentence("summed", 2.0, 2, "2.8.0")
+
+
+@pytest.mark.slow
+def test_built_on_meta_in_bfloat16_holds_half_and_counts_the_trade(tmp_path: Path) -> None:
+    args = ["--meta", "--param-dtype", "bfloat16", "--steps", "3", "--width", "64", "--depth", "2"]
+    done = distributed.torchrun(2, [*args, "--out", str(tmp_path)], timeout=180, module=MODULE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads((tmp_path / "summary.json").read_text())
+    count = 784 * 64 + 64 + 64 * 64 + 64 + 64 * 10 + 10
+    for rank in found["ranks"]:
+        meta = rank["meta"]
+        assert meta["whole"] == 4 * count and meta["allocated"] < 0.55 * meta["whole"], meta
+        assert meta["same_seed_repeats"] and not meta["own_seed_repeats"], meta  # CPU: one seed repeats the rows
+    precision = found["precision"]
+    assert precision["gathered"] == "bfloat16" and precision["gathered_bytes"] == 2 * 64 * 784
+    assert {precision[k] for k in ("sharded", "gradient", "optimizer state")} == {"float32"}
+    trade = found["reshard"]
+    assert trade["True"]["all_gathers"] == 6 and trade["False"]["all_gathers"] == 3  # 3 layers, twice or once
+    assert trade["True"]["held_after_forward"] == 0 and trade["False"]["held_after_forward"] == 2 * count
+
+
+@pytest.mark.slow
+def test_hsdp_on_two_agents_matches_one_process(tmp_path: Path) -> None:
+    args = ["--replicas", "2", "--check", "--steps", "4", "--width", "64", "--depth", "2", "--out", str(tmp_path)]
+    results = nodes.rehearse(2, 2, args, module=MODULE, env=nodes.NO_SHARED_STORE, run_id="test14", timeout=240)
+    assert all(getattr(r, "returncode", None) == 0 for r in results), [nodes.outcome(r) for r in results]
+    found = json.loads((tmp_path / "summary.json").read_text())
+    assert found["world_size"] == 4 and found["shards"] == 2
+    for rank in found["ranks"]:
+        assert rank["shard"]["placements"] == "(Replicate(), Shard(dim=0))" and rank["shard"]["local_shape"] == [
+            32,
+            784,
+        ]
+    assert found["reshard"]["True"]["collectives"].get("allreduce_") == 3  # across the replicas, one per layer
+    if found["gradients"] == "summed":  # torch 2.8 with gloo: summed within each replica group; the fix repairs it
+        results = nodes.rehearse(
+            2, 2, [*args, "--divide-loss"], module=MODULE, env=nodes.NO_SHARED_STORE, run_id="test14b", timeout=240
+        )
+        found = json.loads((tmp_path / "summary.json").read_text())
+    assert found["gradients"] == "averaged" and found["reference_max_abs_diff"] < 1e-6

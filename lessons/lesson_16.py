@@ -134,10 +134,10 @@ def async_verdict(save_seconds: float, async_seconds: float, margin: float = 0.2
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     distributed.check_out_folder(args.out, "lessons.lesson_16")  # a bad --out: one line with the fix, exit 2
-    return train_in_group(args, run, load_data(args)[0])  # nccl on a GPU of its own, else gloo
+    return train_in_group(args, run_task, load_data(args)[0])  # nccl on a GPU of its own, else gloo
 
 
-def run(args, data, device: torch.device) -> None:
+def run_task(args, data, device: torch.device) -> None:
     if args.task == "load":
         load_elsewhere(args, device)
         return

@@ -188,3 +188,105 @@ def check_dcp_reshard(save: Callable | None, load: Callable | None) -> str | Non
             "by numbers and empty before its first step), and put both back with set_state_dict(model, optimizer, ...)"
         )
     return None
+
+
+def _export_rank(export: Callable, rank: int, world: int, store: str, path: str, conn: Any) -> None:
+    """One rank of check_full_export, in a process of its own: join a gloo group of ``world``, shard the exercise's
+    model, call ``export(model, path)``; rank 0 sends a batch and the sharded model's outputs for it."""
+    import os
+    import sys
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the process's own, closed at exit)
+    os.dup2(sys.stdout.fileno(), 1)
+    os.dup2(sys.stdout.fileno(), 2)
+    report: dict[str, Any] = {"rank": rank, "error": None, "sample": None}
+    try:
+        timeout = timedelta(seconds=15)  # a rank that skips a collective: an error, not a hang
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world, timeout=timeout)
+        model, _ = _sharded_problem(0)
+        torch.manual_seed(3)
+        X = torch.randn(4, 8)
+        with torch.no_grad():
+            outputs = model(X)  # every rank takes part
+        try:
+            export(model, path)
+        except Exception as err:  # the learner's code: the error goes back as text
+            report["error"] = first_line(err)
+        dist.barrier()
+        report["sample"] = _as_bytes({"X": X, "outputs": outputs}) if rank == 0 else None
+        conn.send(report)
+    except Exception as err:  # the group itself: the error goes back as text
+        report["error"] = report["error"] or first_line(err)
+        conn.send(report)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@exercise("16_full_export", "a full copy of a sharded model, loaded into a plain one", function=True)
+def check_full_export(export: Callable | None) -> str | None:
+    """``export(model, path)``, called on every rank of 2 processes with the exercise's sharded model, writes one file,
+    ``path``, that ``torch.load(path, weights_only=True)`` reads into a plain, unsharded model of the same layers, which
+    then gives the sharded model's outputs."""
+    import tempfile
+
+    import torch._dynamo  # noqa: F401  before any process group (helpers.distributed.leaving_cleanly says why)
+
+    with tempfile.TemporaryDirectory() as temporary:
+        path = Path(temporary) / "model.pt"
+        store = str(Path(temporary) / "store")
+        reports = ranks_in_processes(
+            _export_rank,
+            lambda r: (export, r, SAVE_RANKS, store, str(path)),
+            SAVE_RANKS,
+            timeout=90,
+            stuck="does every rank call get_model_state_dict? It gathers the shards: a collective",
+            spawned_timeout=150,
+        )
+        if isinstance(reports, str):
+            return reports
+        errors = [r["error"] for r in reports if r["error"]]
+        if errors:
+            return (
+                f"export raised {_without_source(errors[0])}: get_model_state_dict(model, options=...) gathers every "
+                "shard, a collective that every rank calls; only the torch.save is rank 0's"
+            )
+        if not path.is_file():
+            return "export wrote no file at path: rank 0 saves the full state dict with torch.save(state, path)"
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:
+            return f"torch.load(path, weights_only=True) raised {first_line(err)}: save a dict of plain tensors"
+    with torch.random.fork_rng(devices=[]):
+        plain = torch.nn.Sequential(
+            torch.nn.Linear(8, 6), torch.nn.ReLU(), torch.nn.Linear(6, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3)
+        )
+    if isinstance(state, dict) and any(hasattr(v, "to_local") for v in state.values()):
+        return (
+            "the file holds DTensors, each with rank 0's rows only: ask get_model_state_dict for the full state dict, "
+            "StateDictOptions(full_state_dict=True, cpu_offload=True)"
+        )
+    expected = {k: tuple(v.shape) for k, v in plain.state_dict().items()}
+    found = (
+        {k: tuple(v.shape) for k, v in state.items() if isinstance(v, torch.Tensor)} if isinstance(state, dict) else {}
+    )
+    cut = [k for k in expected if k in found and found[k] != expected[k]]
+    if cut:
+        return (
+            f"the file's {cut[0]} has shape {found[cut[0]]}, the model's {expected[cut[0]]}: that is rank 0's shard "
+            "alone; gather every rank's with get_model_state_dict and StateDictOptions(full_state_dict=True, ...)"
+        )
+    try:
+        plain.load_state_dict(state)
+    except Exception as err:
+        return f"a plain model's load_state_dict refused the file: {first_line(err)}"
+    sample = _from_bytes(reports[0]["sample"])
+    with torch.no_grad():
+        gap = (plain(sample["X"]) - sample["outputs"]).abs().max().item()
+    if gap > 1e-6:
+        return f"the plain model's outputs differ from the sharded model's by {gap:.3g}"
+    return None

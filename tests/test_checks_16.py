@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_model_state_dict,
     get_state_dict,
     set_model_state_dict,
@@ -19,7 +20,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from exercises.checks import CHECKERS
 
-COVERED = {"16_dcp_reshard"}
+COVERED = {"16_dcp_reshard", "16_full_export"}
 check = CHECKERS["16_dcp_reshard"]
 
 
@@ -122,3 +123,59 @@ def test_a_save_on_one_rank_fails_as_a_collective(capsys: pytest.CaptureFixture[
     assert not check(save_on_rank0_only, load)
     out = capsys.readouterr().out
     assert "[not yet]" in out and "dcp.save and dcp.load are collectives" in out, out
+
+
+def export(model, path):
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist.get_rank() == 0:
+        torch.save(state, path)
+
+
+def export_state_dict(model, path):  # lesson 13's pattern: DTensors with rank 0's rows
+    if dist.get_rank() == 0:
+        torch.save(model.state_dict(), path)
+
+
+def export_local_shards(model, path):  # plain tensors, but rank 0's rows only
+    if dist.get_rank() == 0:
+        torch.save({k: v.to_local() for k, v in model.state_dict().items()}, path)
+
+
+def export_sharded_options(model, path):  # get_model_state_dict without full_state_dict: still DTensors
+    state = get_model_state_dict(model)
+    if dist.get_rank() == 0:
+        torch.save(state, path)
+
+
+def export_gathered_on_rank0_only(model, path):  # the gathering is a collective
+    if dist.get_rank() == 0:
+        torch.save(get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)), path)
+
+
+def export_nothing(model, path):
+    get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def test_full_export_reference_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert CHECKERS["16_full_export"](export)
+    assert not CHECKERS["16_full_export"](None)
+    out = capsys.readouterr().out
+    assert "[pass]" in out and "[waiting]" in out
+
+
+@pytest.mark.parametrize(
+    ("wrong", "hint"),
+    [
+        (export_state_dict, "the file holds DTensors, each with rank 0's rows only"),
+        (export_sharded_options, "the file holds DTensors, each with rank 0's rows only"),
+        (export_local_shards, "the file's 0.weight has shape (3, 8), the model's (6, 8): that is rank 0's shard"),
+        (export_gathered_on_rank0_only, "a collective that every rank calls"),
+        (export_nothing, "export wrote no file at path"),
+    ],
+)
+def test_full_export_wrong_answers_fail_with_a_hint(
+    wrong: Callable, hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert not CHECKERS["16_full_export"](wrong)
+    out = capsys.readouterr().out
+    assert "[not yet]" in out and hint in out, out

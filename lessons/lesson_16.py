@@ -85,6 +85,22 @@ def sharded_mlp(width: int, depth: int, device: torch.device, seed: int) -> nn.S
     return fully_shard(model, mesh=mesh)
 
 
+def generators(rank: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """This rank's random state under keys of its own (``rng_0``, and on a GPU ``cuda_rng_0``): DCP saves a plain
+    tensor whose key every rank shares only once, taking it to be the same everywhere."""
+    state = {f"rng_{rank}": torch.get_rng_state()}
+    if device.type == "cuda":  # dropout on a GPU draws from the GPU's generator
+        state[f"cuda_rng_{rank}"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def put_back_generators(state: dict, rank: int, device: torch.device) -> None:
+    """Restore what ``generators`` saved, from the state dict ``dcp.load`` filled."""
+    torch.set_rng_state(state[f"rng_{rank}"].cpu())
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state[f"cuda_rng_{rank}"].cpu(), device)
+
+
 def newest_checkpoint(folder: Path) -> Path | None:
     """The newest complete DCP checkpoint under ``folder`` (``step_NNNNN`` with its ``.metadata``), or None."""
     done = sorted(p.parent for p in folder.glob("step_*/.metadata"))
@@ -163,11 +179,10 @@ def train(args, data, device: torch.device):
     found = newest_checkpoint(out)
     if found is not None:
         model_state, optim_state = get_state_dict(model, optimizer)  # the shapes and shards to load into
-        state = {"model": model_state, "optim": optim_state, "progress": progress}
-        state[f"rng_{rank}"] = torch.get_rng_state()  # a key per rank: each has its own random state
+        state = {"model": model_state, "optim": optim_state, "progress": progress, **generators(rank, device)}
         dcp.load(state, checkpoint_id=found)  # each rank reads the pieces of its own shards
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        torch.set_rng_state(state[f"rng_{rank}"])
+        put_back_generators(state, rank, device)
         progress = state["progress"]
         say(f"[rank {rank}] attempt {attempt}: resumed from {found.name} at step {progress['step']}")
     elif rank == 0:
@@ -192,8 +207,7 @@ def train(args, data, device: torch.device):
             if step % args.every == 0:
                 model_state, optim_state = get_state_dict(model, optimizer)
                 progress = {"step": step, "epoch": epoch, "position": position}
-                state = {"model": model_state, "optim": optim_state, "progress": progress}
-                state[f"rng_{rank}"] = torch.get_rng_state()
+                state = {"model": model_state, "optim": optim_state, "progress": progress, **generators(rank, device)}
                 dcp.save(state, checkpoint_id=out / f"step_{step:05d}")  # a collective: every rank writes its part
             if step == args.steps:
                 break

@@ -21,4 +21,5 @@ from exercises.lesson_12 import check_node_line, check_node_rank
 from exercises.lesson_13 import check_resume, check_steps_redone
 from exercises.lesson_14 import check_fully_shard, check_meta_build, check_rank_bytes
 from exercises.lesson_15 import check_find_culprit, check_stop_handler
+from exercises.lesson_16 import check_dcp_reshard, check_full_export
 from exercises.lesson_17 import check_redistribute, check_tp_plan

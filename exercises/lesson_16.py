@@ -108,9 +108,9 @@ def _dcp_rank(task: str, answer: Callable, rank: int, world: int, store: str, fo
 
 def _gap(saved: dict, loaded: dict) -> float:
     """The largest difference between two nested dicts of tensors with the same keys; a missing one counts as inf."""
-    from lessons.lesson_16 import largest_difference
+    from lessons.lesson_16 import largest_state_difference
 
-    return largest_difference(saved, loaded)
+    return largest_state_difference(saved, loaded)
 
 
 def _saved_keys(folder: Path) -> list[str] | None:

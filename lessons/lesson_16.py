@@ -112,14 +112,14 @@ def written_files(folder: Path) -> list[dict]:
     return [{"name": p.name, "bytes": p.stat().st_size} for p in sorted(folder.iterdir()) if p.is_file()]
 
 
-def largest_difference(saved: dict, loaded: dict) -> float:
+def largest_state_difference(saved: dict, loaded: dict) -> float:
     """The largest absolute difference between two state dicts of the same keys, nested dicts included; a key or a
     shape missing from ``loaded`` is infinitely different."""
     gap = 0.0
     for key, value in saved.items():
         other = loaded.get(key) if isinstance(loaded, dict) else None
         if isinstance(value, dict):
-            gap = max(gap, largest_difference(value, other if isinstance(other, dict) else {}))
+            gap = max(gap, largest_state_difference(value, other if isinstance(other, dict) else {}))
         elif isinstance(value, torch.Tensor):
             if not isinstance(other, torch.Tensor) or other.shape != value.shape:
                 return float("inf")
@@ -329,8 +329,8 @@ def load_elsewhere(args, device: torch.device) -> None:
         saved_model = torch.load(source / FULL_MODEL, map_location="cpu", weights_only=True)
         saved_optim = torch.load(source / FULL_OPTIMIZER, map_location="cpu", weights_only=True)
         summary = {"world_size": world_size, "shards": shards}
-        summary["model_gap"] = largest_difference(saved_model, full_model)
-        summary["optim_gap"] = largest_difference(saved_optim["state"], full_optim["state"])
+        summary["model_gap"] = largest_state_difference(saved_model, full_model)
+        summary["optim_gap"] = largest_state_difference(saved_optim["state"], full_optim["state"])
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
         say(

@@ -43,11 +43,11 @@ def test_async_verdict_refuses_times_that_are_not_positive(times: tuple[float, f
 def test_largest_difference() -> None:
     a = {"w": torch.zeros(2, 3), "state": {"w": {"exp_avg": torch.ones(2), "step": torch.tensor(3.0)}}}
     same = {"w": torch.zeros(2, 3), "state": {"w": {"exp_avg": torch.ones(2), "step": torch.tensor(3.0)}}}
-    assert lesson_16.largest_difference(a, same) == 0.0
+    assert lesson_16.largest_state_difference(a, same) == 0.0
     moved = {"w": torch.zeros(2, 3), "state": {"w": {"exp_avg": torch.ones(2) * 1.5, "step": torch.tensor(3.0)}}}
-    assert lesson_16.largest_difference(a, moved) == 0.5
-    assert lesson_16.largest_difference(a, {"w": torch.zeros(2, 3)}) == float("inf")  # the optimizer's state lost
-    assert lesson_16.largest_difference(a, {**same, "w": torch.zeros(1, 3)}) == float("inf")  # one shard's rows
+    assert lesson_16.largest_state_difference(a, moved) == 0.5
+    assert lesson_16.largest_state_difference(a, {"w": torch.zeros(2, 3)}) == float("inf")  # the optimizer's state lost
+    assert lesson_16.largest_state_difference(a, {**same, "w": torch.zeros(1, 3)}) == float("inf")  # one shard's rows
 
 
 def test_newest_checkpoint_needs_its_metadata(tmp_path: Path) -> None:

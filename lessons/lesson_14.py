@@ -234,7 +234,7 @@ def gradient_sentence(rule: str, ratio: float, world_size: int, torch_version: s
     processes a parameter is sharded across (all of them on a 1-D mesh, one replica group's under HSDP)."""
     if rule == "averaged":
         return (
-            f"torch {torch_version} averaged the {world_size} ranks' gradients, as DDP does: the sharded processes "
+            f"torch {torch_version} averaged the gradients over every process, as DDP does: the sharded processes "
             "took one process's step on the global batch, and the loss needs no change."
         )
     if rule == "summed":
@@ -299,10 +299,9 @@ def reshard_sentence(trade: dict) -> str:
     if saved <= 0 and kept <= 0:
         return "reshard_after_forward=False changed neither the all-gathers nor the bytes held here"
     return (
-        f"reshard_after_forward=False saved {saved} of {on['all_gathers']} all-gathers a step "
-        f"({off['all_gathers']} instead), and kept {kept / 2**20:.2f} MiB of gathered parameters between forward "
-        f"and backward ({off['held_after_forward'] / 2**20:.2f} MiB instead of "
-        f"{on['held_after_forward'] / 2**20:.2f} MiB)"
+        f"reshard_after_forward=False ran {off['all_gathers']} all-gathers a step instead of {on['all_gathers']}, "
+        f"and held {off['held_after_forward'] / 2**20:.2f} MiB of gathered parameters between forward and backward "
+        f"instead of {on['held_after_forward'] / 2**20:.2f} MiB"
     )
 
 

@@ -60,7 +60,7 @@ def test_speed_verdict_follows_the_numbers(fsdp: float, ddp: float, starts: str)
 
 def test_gradient_sentence_says_what_to_do() -> None:
     averaged = gradient_sentence("averaged", 1.0, 2, "2.14.1")
-    assert averaged.startswith("torch 2.14.1 averaged the 2 ranks' gradients") and "no change" in averaged
+    assert averaged.startswith("torch 2.14.1 averaged the gradients over every process") and "no change" in averaged
     summed = gradient_sentence("summed", 2.0, 2, "2.8.0")
     assert "summed" in summed and "2 times too large" in summed and "--divide-loss" in summed
     assert "1.500x" in gradient_sentence("other", 1.5, 2, "2.8.0")
@@ -177,8 +177,8 @@ def test_reshard_sentence_states_both_sides_of_the_trade() -> None:
         "False": {"all_gathers": 5, "held_after_forward": 3 * 2**20},
     }
     assert reshard_sentence(trade) == (
-        "reshard_after_forward=False saved 5 of 10 all-gathers a step (5 instead), and kept 3.00 MiB of gathered "
-        "parameters between forward and backward (3.00 MiB instead of 0.00 MiB)"
+        "reshard_after_forward=False ran 5 all-gathers a step instead of 10, and held 3.00 MiB of gathered parameters "
+        "between forward and backward instead of 0.00 MiB"
     )
     same = {"all_gathers": 4, "held_after_forward": 0}
     assert "changed neither" in reshard_sentence({"True": same, "False": same})

@@ -59,6 +59,7 @@ def check_find_culprit(find_culprit: Callable | None) -> str | None:
 STEPS = 400  # far more than the check waits for: the signal always comes mid-loop
 STOP_AFTER = 5  # the check sends SIGTERM once this many steps are done
 STOPPED = 75
+EXIT_WAIT = 60  # seconds the process may take to finish its step, save and exit after SIGTERM (20 s was once too few)
 
 
 def small_model() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -135,12 +136,12 @@ def check_stop_handler(train: Callable | None) -> str | None:
             if not child.is_alive():
                 return f"the loop ended before the signal came (exit {child.exitcode}); run all {STEPS} steps"
             os.kill(child.pid, signal.SIGTERM)
-            child.join(20)
+            child.join(EXIT_WAIT)
         finally:
             if child.is_alive():
                 child.kill()
                 child.join()
-                raise NotYet("the process was still running 20 s after SIGTERM: save, then sys.exit(75)")
+                raise NotYet(f"the process was still running {EXIT_WAIT} s after SIGTERM: save, then sys.exit(75)")
             os.environ.pop("COURSE_STEPS_DONE", None)
         code = child.exitcode
         if code == -signal.SIGTERM:

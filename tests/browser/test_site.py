@@ -156,8 +156,15 @@ def test_links_between_pages_resolve(site: str, visits: dict[str, dict]) -> None
     assert missing == []
 
 
-def test_lesson_05_shows_figures_and_progress_bars(site: str, browser) -> None:
-    name = next(n for n in LESSONS if n.startswith("05_"))
+def saved_output(lesson: str, mime: str) -> bool:
+    """Whether the committed notebook of ``lesson`` holds an output of that MIME type."""
+    return f'"{mime}"' in (ROOT / "notebooks" / f"{lesson}.ipynb").read_text(encoding="utf-8")
+
+
+def test_a_lesson_with_progress_bars_shows_them_and_its_figures(site: str, browser) -> None:
+    # the first lesson whose saved outputs hold both: lesson 05 did until it trained with a loop in its cells
+    widget = "application/vnd.jupyter.widget-view+json"
+    name = next(n for n in LESSONS if saved_output(n, widget) and saved_output(n, "image/png"))
     page, problems = open_page(browser, f"{site}/lessons/{name}.html")
     try:
         page.locator(".widget-hprogress").first.wait_for(state="attached", timeout=30_000)

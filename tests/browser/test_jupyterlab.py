@@ -1,4 +1,4 @@
-"""Every lesson runs in JupyterLab, in a real browser, as a learner would run it.
+"""The lessons run in JupyterLab, in a real browser, as a learner would run them.
 
 A JupyterLab server starts on 127.0.0.1 (a free port, a random token) over a copy of the notebooks; Debian's chromium,
 driven headless by Playwright, opens each notebook, runs Run > Run All Cells, waits for the kernel to go idle, and
@@ -9,7 +9,13 @@ again in a new chromium, at most twice, with a screenshot and the page's console
 built here checks the checks: it must show a widget, an image and an error shown by ``expect_error``, and every cell
 after it must run.
 
-Opt-in, because it needs a browser and runs every lesson again: ``COURSE_BROWSER=1 pytest tests/browser``.
+The lessons run here are those whose saved outputs hold something the page draws or styles beyond plain text: a
+progress-bar widget, a figure, or text on stderr (where lessons show their errors). A lesson whose outputs are all
+plain stdout text (today the distributed lessons that print what their processes said) looks in the page as its
+saved outputs read, and nbval runs and compares it in the same kind of kernel; running it here again would add
+minutes and check nothing more.
+
+Opt-in, because it needs a browser and runs the lessons again: ``COURSE_BROWSER=1 pytest tests/browser``.
 Needs ``pip install playwright`` and ``apt-get install chromium`` (``COURSE_CHROMIUM`` names another binary);
 Playwright's own browser download is never used.
 """
@@ -75,8 +81,14 @@ def smoke_notebook() -> nbformat.NotebookNode:
     return nb
 
 
-def notebooks_to_run() -> list[str]:
-    return [SMOKE] + [p.name for p in course.find_notebooks(ROOT / "notebooks")]
+def draws_more_than_text(path: Path) -> bool:
+    """Whether the saved notebook holds a widget, an image or stderr text: what only the page can show wrongly."""
+    saved = saved_outputs(path)
+    return bool(saved["widgets"] or saved["images"] or saved["stderr"] or saved["bare_figures"])
+
+
+def notebooks_to_run(folder: Path = ROOT / "notebooks") -> list[str]:
+    return [SMOKE] + [p.name for p in course.find_notebooks(folder) if draws_more_than_text(p)]
 
 
 def free_port() -> int:

@@ -6,6 +6,7 @@ import concurrent.futures
 import os
 import random
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -92,7 +93,14 @@ def _child(train: Callable, path: str, saves: str) -> None:
     torch.save = noted_save
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     model, optimizer = small_model()
-    train(model, optimizer, path, STEPS, take_step)
+    try:
+        train(model, optimizer, path, STEPS, take_step)
+    except SystemExit as stop:  # the learner's sys.exit: its code, at once, without the teardown of this harness
+        # process (spawned from a notebook, it imported the kernel's launcher as its main module)
+        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     os._exit(0)
 
 
@@ -112,6 +120,11 @@ def _weights_in_child(steps: int, send) -> None:
     send.send({k: v.tolist() for k, v in weights_after(steps).items()})  # plain lists: a tensor would be shared
 
 
+def _steps_done(done: Path) -> int:
+    text = done.read_text().strip() if done.exists() else ""
+    return int(text) if text.isdigit() else 0
+
+
 @exercise("15_stop_handler", "checkpoint and exit 75 on SIGTERM", function=True)
 def check_stop_handler(train: Callable | None) -> str | None:
     """``train(model, optimizer, path, steps, take_step)`` calls ``take_step(model, optimizer, step)`` for steps 1 to
@@ -128,21 +141,30 @@ def check_stop_handler(train: Callable | None) -> str | None:
         child = context.Process(target=_child, args=(_portable(train), str(path), str(saves)))
         child.start()
         try:
-            deadline = time.monotonic() + 60
+            deadline, before, signalled = time.monotonic() + 60, 0, False
             while time.monotonic() < deadline and child.is_alive():
-                if done.exists() and done.read_text().strip().isdigit() and int(done.read_text()) >= STOP_AFTER:
+                if _steps_done(done) >= STOP_AFTER:
                     break
                 time.sleep(0.01)
             if not child.is_alive():
                 return f"the loop ended before the signal came (exit {child.exitcode}); run all {STEPS} steps"
+            before = _steps_done(done)
+            if before < STOP_AFTER:
+                raise NotYet(f"the loop finished {before} steps in 60 s, where {STOP_AFTER} take under a second")
             os.kill(child.pid, signal.SIGTERM)
+            signalled = True
             child.join(EXIT_WAIT)
         finally:
-            if child.is_alive():
+            os.environ.pop("COURSE_STEPS_DONE", None)
+            running = child.is_alive()
+            if running:
                 child.kill()
                 child.join()
-                raise NotYet(f"the process was still running {EXIT_WAIT} s after SIGTERM: save, then sys.exit(75)")
-            os.environ.pop("COURSE_STEPS_DONE", None)
+            if running and signalled:
+                after = _steps_done(done)
+                saved = "a checkpoint was written" if path.exists() else "no checkpoint"
+                raise NotYet(f"the process was still running {EXIT_WAIT} s after SIGTERM (SIGTERM came after step "
+                             f"{before}; step {after} had finished; {saved}): save, then sys.exit(75)")  # fmt: skip
         code = child.exitcode
         if code == -signal.SIGTERM:
             return "SIGTERM ended the process as by default: install a handler with signal.signal(signal.SIGTERM, ...)"

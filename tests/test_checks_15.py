@@ -201,6 +201,12 @@ def saves_in_the_handler(model, optimizer, path, steps, take_step):
         done[0] = step
 
 
+def ignores_the_signal(model, optimizer, path, steps, take_step):
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    for step in range(1, steps + 1):
+        take_step(model, optimizer, step)
+
+
 def no_handler(model, optimizer, path, steps, take_step):
     for step in range(1, steps + 1):
         take_step(model, optimizer, step)
@@ -253,3 +259,16 @@ def test_stop_handler_cell_as_handed_out_fails(
 ) -> None:
     assert not CHECKERS["15_stop_handler"](_module_from_notebook("def train(", 0, tmp_path, monkeypatch))
     assert "PicklingError" not in capsys.readouterr().out  # judged on what it did, not refused at the start
+
+
+@pytest.mark.slow
+def test_stop_handler_that_never_exits_is_told_how_far_it_got(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from exercises import lesson_15 as exercise
+
+    monkeypatch.setattr(exercise, "EXIT_WAIT", 3)
+    assert not CHECKERS["15_stop_handler"](ignores_the_signal)
+    out = capsys.readouterr().out
+    said = r"still running 3 s after SIGTERM \(SIGTERM came after step \d+; step \d+ had finished; no checkpoint\)"
+    assert re.search(said, out), out

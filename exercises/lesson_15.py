@@ -60,6 +60,7 @@ def check_find_culprit(find_culprit: Callable | None) -> str | None:
 STEPS = 400  # far more than the check waits for: the signal always comes mid-loop
 STOP_AFTER = 5  # the check sends SIGTERM once this many steps are done
 STOPPED = 75
+START_WAIT = 60  # seconds the process may take to start and finish STOP_AFTER steps before SIGTERM is sent
 EXIT_WAIT = 60  # seconds the process may take to finish its step, save and exit after SIGTERM (20 s was once too few)
 
 
@@ -141,7 +142,7 @@ def check_stop_handler(train: Callable | None) -> str | None:
         child = context.Process(target=_child, args=(_portable(train), str(path), str(saves)))
         child.start()
         try:
-            deadline, before, signalled = time.monotonic() + 60, 0, False
+            deadline, before, signalled = time.monotonic() + START_WAIT, 0, False
             while time.monotonic() < deadline and child.is_alive():
                 if _steps_done(done) >= STOP_AFTER:
                     break
@@ -150,7 +151,8 @@ def check_stop_handler(train: Callable | None) -> str | None:
                 return f"the loop ended before the signal came (exit {child.exitcode}); run all {STEPS} steps"
             before = _steps_done(done)
             if before < STOP_AFTER:
-                raise NotYet(f"the loop finished {before} steps in 60 s, where {STOP_AFTER} take under a second")
+                raise NotYet(f"the loop finished {before} steps in {START_WAIT} s, where {STOP_AFTER} take under a "
+                             "second")  # fmt: skip
             os.kill(child.pid, signal.SIGTERM)
             signalled = True
             child.join(EXIT_WAIT)
@@ -182,7 +184,7 @@ def check_stop_handler(train: Callable | None) -> str | None:
             return f"the checkpoint cannot be loaded: {str(err).splitlines()[0]}"
         if not isinstance(state, dict) or not {"step", "model", "optimizer"} <= state.keys():
             return "save a dict with the keys step, model and optimizer"
-        finished = int(done.read_text())
+        finished = _steps_done(done)
         if state["step"] != finished:
             return f"the checkpoint says step {state['step']}, but step {finished} had finished: save after the step"
         receive, send = context.Pipe(duplex=False)

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -207,6 +208,11 @@ def ignores_the_signal(model, optimizer, path, steps, take_step):
         take_step(model, optimizer, step)
 
 
+def waits_before_training(model, optimizer, path, steps, take_step):
+    time.sleep(30)  # past the check's START_WAIT below: it never sees five steps
+    handler_with_flag(model, optimizer, path, steps, take_step)
+
+
 def no_handler(model, optimizer, path, steps, take_step):
     for step in range(1, steps + 1):
         take_step(model, optimizer, step)
@@ -272,3 +278,14 @@ def test_stop_handler_that_never_exits_is_told_how_far_it_got(
     out = capsys.readouterr().out
     said = r"still running 3 s after SIGTERM \(SIGTERM came after step \d+; step \d+ had finished; no checkpoint\)"
     assert re.search(said, out), out
+
+
+@pytest.mark.slow
+def test_stop_handler_whose_loop_does_not_start_is_told_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from exercises import lesson_15 as exercise
+
+    monkeypatch.setattr(exercise, "START_WAIT", 3)
+    assert not CHECKERS["15_stop_handler"](waits_before_training)
+    assert "the loop finished 0 steps in 3 s, where 5 take under a second" in capsys.readouterr().out
